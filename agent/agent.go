@@ -1,0 +1,517 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+)
+
+// MaxLine is the longest line an agent may write, without its "\n".
+const MaxLine = 64 << 10
+
+// DefaultDrain is Spec.Drain when it is zero.
+const DefaultDrain = 2 * time.Second
+
+// writeChunk bounds one write to the agent so Backlog shrinks as it drains.
+const writeChunk = 64 << 10
+
+// readChunk is the size of one read from the agent.
+const readChunk = 32 << 10
+
+var (
+	// ErrStdio is returned by Start for a Stdio value it does not know.
+	ErrStdio = errors.New("unknown stdio mode")
+	// ErrNoArgv is returned by Start for an empty Spec.Argv.
+	ErrNoArgv = errors.New("empty argv")
+	// ErrOutputHeld is an Exited event's Err when the process exited
+	// cleanly but something it left behind (a descendant) kept its output
+	// open, silent, for Spec.Drain: the output was abandoned.
+	ErrOutputHeld = errors.New("agent: output held open after exit")
+)
+
+// Spec says how to start one agent.
+type Spec struct {
+	// Argv[0] is the program path: absolute, or relative to Dir. There is
+	// no PATH search; the caller resolves bare names (ZMailer prefixes
+	// $MAILBIN/ta/).
+	Argv []string
+	// Env is exactly the environment the child gets (the caller adds PATH
+	// and TZ); nil means an empty environment, never the scheduler's.
+	Env []string
+	// Dir is the working directory (postoffice/transport); "" = ours.
+	Dir   string
+	Stdio Stdio
+	// UID and GID are -1 for unchanged. When either is >= 0 the child
+	// runs with SysProcAttr.Credential (setgroups, setgid, then setuid).
+	UID, GID int
+	// Nice is added to the scheduler's own niceness for the agent, like
+	// ZMailer's nice(); 0 = unchanged. It is applied with setpriority
+	// right after the start, so the agent runs at our priority for an
+	// instant (it cannot be done between fork and exec with os/exec), and
+	// each thread that exists at that moment is adjusted; threads it
+	// creates later inherit the new value.
+	Nice int
+	// Drain bounds how long, after the process has exited, its output is
+	// still read while nothing arrives (a descendant holding it open);
+	// 0 = DefaultDrain.
+	Drain time.Duration
+}
+
+// EventKind is what happened to an agent.
+type EventKind uint8
+
+const (
+	// Line is one complete line from the agent's output, without its "\n";
+	// a trailing "\r" is kept as it is.
+	Line EventKind = iota + 1
+	// TooLong is a line that exceeded MaxLine. Event.Line holds its first
+	// bytes, for the log; the rest of the line is discarded and the next
+	// line is delivered normally. The daemon kills such an agent.
+	TooLong
+	// Exited is the last event of an agent: the process has been reaped
+	// and all of its output delivered.
+	Exited
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case Line:
+		return "line"
+	case TooLong:
+		return "toolong"
+	case Exited:
+		return "exited"
+	}
+	return "EventKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Event is one thing an agent did.
+type Event struct {
+	ID   int // the caller's id for this agent
+	Kind EventKind
+	Line string
+	// Err, for Exited: the wait error (an *exec.ExitError for a non-zero
+	// exit or a signal) or else an output error (ErrOutputHeld, a read
+	// error); nil for a clean exit.
+	Err error
+	// Partial, for Exited: bytes of an unterminated last line, dropped
+	// (ZMailer logs "Lost N bytes").
+	Partial int
+}
+
+// Proc is a running agent.
+type Proc struct {
+	id     int
+	pid    int
+	cmd    *exec.Cmd
+	w      *wiring
+	drain  time.Duration
+	events chan<- Event
+	log    hclog.Logger
+
+	exited     atomic.Bool   // the process has been reaped
+	writerDone chan struct{} // closed when the writer goroutine has returned
+	done       chan struct{} // closed after the Exited event was sent
+
+	mu      sync.Mutex
+	cond    sync.Cond // on mu: wakes the writer
+	queued  []byte    // backlog the writer has not taken yet
+	backlog int       // bytes queued or being written, not yet written
+	ending  bool      // End called: the writer finishes the input and returns
+	stopped bool      // Kill called, write failed or process gone: writes dropped
+	killed  bool
+	reaped  bool // under mu, for the kill timer
+	timer   *time.Timer
+}
+
+// Start starts the agent. Every Line/TooLong event of this agent is sent on
+// events before its single Exited event, which is sent exactly once, after
+// the process has been reaped and all of its output has been read. Events are
+// sent in order per agent. The events channel is shared by all agents;
+// Start's goroutines block on it (the daemon drains it). An error means no
+// process is running and no event will be sent.
+func Start(id int, spec Spec, events chan<- Event, log hclog.Logger) (*Proc, error) {
+	if len(spec.Argv) == 0 {
+		return nil, fmt.Errorf("agent: %w", ErrNoArgv)
+	}
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	w, err := newWiring(spec.Stdio)
+	if err != nil {
+		return nil, err
+	}
+	env := spec.Env
+	if env == nil {
+		env = []string{} // nil would mean the scheduler's environment
+	}
+	// A Cmd literal, not exec.Command: no PATH lookup, and a relative
+	// Argv[0] is resolved by execve after the chdir to Dir.
+	cmd := &exec.Cmd{
+		Path:        spec.Argv[0],
+		Args:        spec.Argv,
+		Env:         env,
+		Dir:         spec.Dir,
+		Stdin:       w.child[0],
+		Stdout:      w.child[1],
+		Stderr:      w.child[2],
+		SysProcAttr: sysProcAttr(spec, w.ctty),
+	}
+	err = cmd.Start()
+	w.closeChild()
+	if err != nil {
+		w.closeParent()
+		return nil, fmt.Errorf("agent: start %s: %w", spec.Argv[0], err)
+	}
+	p := &Proc{
+		id:         id,
+		pid:        cmd.Process.Pid,
+		cmd:        cmd,
+		w:          w,
+		drain:      spec.Drain,
+		events:     events,
+		log:        log.With("agent", id, "pid", cmd.Process.Pid),
+		writerDone: make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	if p.drain <= 0 {
+		p.drain = DefaultDrain
+	}
+	p.cond.L = &p.mu
+	if spec.Nice != 0 {
+		p.renice(spec.Nice)
+	}
+	p.log.Debug("agent started", "argv", strings.Join(spec.Argv, " "), "stdio", spec.Stdio)
+
+	split := splitter{max: MaxLine}
+	var readErr error
+	outDone := make(chan struct{})
+	go func() {
+		defer close(outDone)
+		readErr = p.read(w.out, &split, p.emit)
+	}()
+	errDone := make(chan struct{})
+	if w.stderr != nil {
+		go func() {
+			defer close(errDone)
+			p.readStderr(w.stderr)
+		}()
+	} else {
+		close(errDone)
+	}
+	go p.write()
+	go p.monitor(outDone, errDone, &split, &readErr)
+	return p, nil
+}
+
+func sysProcAttr(spec Spec, ctty bool) *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{}
+	if ctty {
+		a.Setsid = true
+		a.Setctty = true
+		a.Ctty = 0 // the child's fd 0, the tty
+	} else {
+		a.Setpgid = true
+	}
+	if spec.UID >= 0 || spec.GID >= 0 {
+		c := &syscall.Credential{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
+		if spec.UID >= 0 {
+			c.Uid = uint32(spec.UID)
+		}
+		if spec.GID >= 0 {
+			c.Gid = uint32(spec.GID)
+		}
+		// Dropping supplementary groups needs privilege; without it
+		// setgroups would fail the start even when the ids are our own.
+		c.NoSetGroups = os.Geteuid() != 0
+		a.Credential = c
+	}
+	return a
+}
+
+// renice adds n to our niceness for every thread the agent has now.
+func (p *Proc) renice(n int) {
+	// The raw syscall returns 20 - nice.
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+	if err != nil {
+		p.log.Warn("nice not applied", "error", err)
+		return
+	}
+	target := min(max(20-prio+n, -20), 19)
+	tids := []int{p.pid}
+	if ents, err := os.ReadDir("/proc/" + strconv.Itoa(p.pid) + "/task"); err == nil {
+		tids = tids[:0]
+		for _, e := range ents {
+			if tid, err := strconv.Atoi(e.Name()); err == nil {
+				tids = append(tids, tid)
+			}
+		}
+	}
+	for _, tid := range tids {
+		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, target); err != nil {
+			p.log.Warn("nice not applied", "tid", tid, "nice", target, "error", err)
+		}
+	}
+}
+
+// Pid returns the agent's process id.
+func (p *Proc) Pid() int { return p.pid }
+
+// ID returns the caller's id for the agent.
+func (p *Proc) ID() int { return p.id }
+
+// Done is closed once the Exited event has been sent.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Write queues lines (each given WITHOUT "\n"; Write adds it) and never
+// blocks: a writer goroutine drains the backlog to the child's stdin; if the
+// child stops reading, the backlog grows (see Backlog) — the scheduler must
+// never block on a full pipe. Writes after End or Kill, or once the agent's
+// input is gone, are dropped. A line containing "\n" would desynchronise the
+// protocol and is dropped with a warning. In PTY mode the terminal cuts input
+// lines at 4095 bytes.
+func (p *Proc) Write(lines ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || p.ending {
+		p.log.Debug("write dropped: input closed", "lines", len(lines))
+		return
+	}
+	for _, l := range lines {
+		if strings.IndexByte(l, '\n') >= 0 {
+			p.log.Warn("write dropped: line contains a newline", "line", l)
+			continue
+		}
+		if p.w.eot != nil && len(l) > ptyMaxInput {
+			p.log.Warn("line longer than a terminal passes", "bytes", len(l), "max", ptyMaxInput)
+		}
+		p.queued = append(p.queued, l...)
+		p.queued = append(p.queued, '\n')
+		p.backlog += len(l) + 1
+	}
+	p.cond.Signal()
+}
+
+// Backlog returns the bytes queued for the agent and not yet written.
+func (p *Proc) Backlog() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.backlog
+}
+
+// End asks the agent to finish: it queues an empty line and, once the
+// backlog has been written, closes the agent's input (shutdown(SHUT_WR) on a
+// socketpair, close on a pipe, EOT on a pty, which cannot half-close). Output
+// is still read until the agent exits. Idempotent.
+func (p *Proc) End() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ending || p.stopped {
+		return
+	}
+	p.queued = append(p.queued, '\n')
+	p.queued = append(p.queued, p.w.eot...)
+	p.backlog += 1 + len(p.w.eot)
+	p.ending = true
+	p.cond.Signal()
+}
+
+// Kill terminates the agent: its backlog is dropped and its input closed,
+// then SIGTERM, then SIGKILL after grace if it is still alive (at once if
+// grace <= 0). Idempotent; never blocks. The Exited event follows as usual.
+func (p *Proc) Kill(grace time.Duration) {
+	p.mu.Lock()
+	if p.killed || p.reaped {
+		p.mu.Unlock()
+		return
+	}
+	p.killed = true
+	p.stopLocked()
+	sig := syscall.SIGTERM
+	if grace <= 0 {
+		sig = syscall.SIGKILL
+	} else {
+		p.timer = time.AfterFunc(grace, p.graceExpired)
+	}
+	// Under mu, so the process cannot be reaped in between and a signal
+	// error means something.
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		p.log.Warn("signal failed", "signal", sig, "error", err)
+	}
+	p.mu.Unlock()
+	p.log.Debug("agent killed", "signal", sig, "grace", grace)
+	// Unblock a writer stuck on an agent that does not read.
+	p.w.in.SetWriteDeadline(time.Now())
+}
+
+func (p *Proc) graceExpired() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reaped {
+		return
+	}
+	p.log.Debug("grace expired, sending SIGKILL")
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		p.log.Warn("kill failed", "error", err)
+	}
+}
+
+// stopLocked drops the backlog and tells the writer to close the input and
+// return.
+func (p *Proc) stopLocked() {
+	p.stopped = true
+	p.queued = nil
+	p.backlog = 0
+	p.cond.Signal()
+}
+
+// write is the writer goroutine: it owns the writing end of the agent's
+// input, drains the backlog into it and, at End, Kill or exit, closes it.
+func (p *Proc) write() {
+	defer close(p.writerDone)
+	var chunk []byte
+	for {
+		p.mu.Lock()
+		for len(p.queued) == 0 && !p.ending && !p.stopped {
+			p.cond.Wait()
+		}
+		if p.stopped || len(p.queued) == 0 {
+			p.mu.Unlock()
+			break // stopped, or ending with everything written
+		}
+		// Double buffering: the writer takes the queue and hands back
+		// its written buffer for reuse.
+		chunk, p.queued = p.queued, chunk[:0]
+		p.mu.Unlock()
+
+		for off := 0; off < len(chunk); {
+			n, err := p.w.in.Write(chunk[off:min(len(chunk), off+writeChunk)])
+			off += n
+			p.mu.Lock()
+			if !p.stopped {
+				p.backlog -= n
+			}
+			if err != nil {
+				if !p.stopped {
+					p.log.Debug("agent input failed", "error", err)
+				}
+				p.stopLocked()
+			}
+			stopped := p.stopped
+			p.mu.Unlock()
+			if stopped {
+				break
+			}
+		}
+		if cap(chunk) > 1<<20 {
+			chunk = nil // a burst must not pin its memory
+		}
+	}
+	if p.w.closeInput != nil {
+		if err := p.w.closeInput(); err != nil && !p.exited.Load() {
+			p.log.Debug("closing agent input", "error", err)
+		}
+	}
+}
+
+// emit sends one output line as an event.
+func (p *Proc) emit(line string, tooLong bool) {
+	if tooLong {
+		p.events <- Event{ID: p.id, Kind: TooLong, Line: line}
+		return
+	}
+	p.events <- Event{ID: p.id, Kind: Line, Line: line}
+}
+
+// read splits everything from e into lines for emit until the end of the
+// output. It returns nil at a normal end, ErrOutputHeld if the output stayed
+// open and silent for p.drain after the process exited, or the read error.
+func (p *Proc) read(e endpoint, split *splitter, emit func(string, bool)) error {
+	buf := make([]byte, readChunk)
+	for {
+		if p.exited.Load() {
+			// Reset before every read: time spent blocked on the events
+			// channel must not count against the agent.
+			e.SetReadDeadline(time.Now().Add(p.drain))
+		}
+		n, err := e.Read(buf)
+		split.split(buf[:n], emit)
+		switch {
+		case err == nil:
+		case p.w.eof(err):
+			return nil
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return ErrOutputHeld
+		default:
+			return fmt.Errorf("agent: read: %w", err)
+		}
+	}
+}
+
+// readStderr logs the agent's stderr (Pipes mode) line by line.
+func (p *Proc) readStderr(e endpoint) {
+	split := splitter{max: MaxLine}
+	err := p.read(e, &split, func(line string, tooLong bool) {
+		p.log.Debug("agent stderr", "line", line, "truncated", tooLong)
+	})
+	if n := split.pending(); n > 0 {
+		p.log.Debug("agent stderr: lost unterminated line", "bytes", n)
+	}
+	if err != nil {
+		p.log.Debug("agent stderr", "error", err)
+	}
+}
+
+// monitor reaps the process, then waits for the writer and the readers to
+// finish, releases the descriptors and sends Exited.
+func (p *Proc) monitor(outDone, errDone <-chan struct{}, split *splitter, readErr *error) {
+	err := p.cmd.Wait()
+	p.mu.Lock()
+	p.reaped = true
+	p.exited.Store(true)
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.stopLocked()
+	p.mu.Unlock()
+	p.w.in.SetWriteDeadline(time.Now())
+	<-p.writerDone
+
+	// Readers blocked now get the drain deadline; later reads set their own.
+	p.w.out.SetReadDeadline(time.Now().Add(p.drain))
+	if p.w.stderr != nil {
+		p.w.stderr.SetReadDeadline(time.Now().Add(p.drain))
+	}
+	<-outDone
+	<-errDone
+	p.w.closeParent()
+
+	partial := split.pending()
+	if err == nil {
+		err = *readErr
+	}
+	lvl := hclog.Debug
+	if err != nil || partial > 0 {
+		lvl = hclog.Info
+	}
+	p.log.Log(lvl, "agent exited", "status", statusOf(err), "lost_bytes", partial)
+	p.events <- Event{ID: p.id, Kind: Exited, Err: err, Partial: partial}
+	close(p.done)
+}
+
+func statusOf(err error) string {
+	if err == nil {
+		return "exit 0"
+	}
+	return err.Error()
+}

@@ -1,0 +1,735 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+)
+
+// echoagent is the path of testdata/echoagent, built by TestMain.
+var echoagent string
+
+// eventWait bounds every wait for an event; it is a failure deadline, not
+// a synchronisation sleep.
+const eventWait = 10 * time.Second
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	// As subreaper, orphaned grandchildren become our children: the tests
+	// can reap them, and the leak check below sees them.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "subreaper:", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "agent-test-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// Readable by all: one test runs the agent as another user.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	echoagent = filepath.Join(dir, "echoagent")
+	build := exec.Command("go", "build", "-o", echoagent, "./testdata/echoagent")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building echoagent: %v\n%s", err, out)
+		return 1
+	}
+	code := m.Run()
+	if kids := children(); len(kids) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: leaked child processes: %v\n", kids)
+		code = 1
+	}
+	return code
+}
+
+// children lists the pids whose parent is this process, zombies included.
+func children() []int {
+	self := os.Getpid()
+	ents, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		f := procStat(pid)
+		if len(f) > 1 && f[1] == strconv.Itoa(self) {
+			kids = append(kids, pid)
+		}
+	}
+	return kids
+}
+
+// procStat returns the fields of /proc/<pid>/stat after the command name:
+// [0] is the state, [1] the ppid, [16] the nice value.
+func procStat(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+}
+
+// logSink routes the package's logs to t.Log and keeps them for assertions.
+type logSink struct {
+	t   *testing.T
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (s *logSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	s.buf.Write(p)
+	s.mu.Unlock()
+	s.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func (s *logSink) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+func testLogger(t *testing.T) (hclog.Logger, *logSink) {
+	sink := &logSink{t: t}
+	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: sink}), sink
+}
+
+// harness runs one agent and reads its events.
+type harness struct {
+	t    *testing.T
+	p    *Proc
+	ev   chan Event
+	exit *Event
+	logs *logSink
+}
+
+const testID = 42
+
+// echoSpec runs echoagent with the given steps.
+func echoSpec(t *testing.T, mode Stdio, steps ...string) Spec {
+	return Spec{
+		Argv:  append([]string{echoagent}, steps...),
+		Env:   []string{"LANG=C"},
+		Dir:   t.TempDir(),
+		Stdio: mode,
+		UID:   -1,
+		GID:   -1,
+	}
+}
+
+// shSpec runs a /bin/sh script; it uses builtins only, so it has no
+// children of its own to hold its output open.
+func shSpec(t *testing.T, mode Stdio, script string) Spec {
+	s := echoSpec(t, mode)
+	s.Argv = []string{"/bin/sh", "-c", script}
+	return s
+}
+
+func start(t *testing.T, spec Spec) *harness {
+	t.Helper()
+	log, sink := testLogger(t)
+	h := &harness{t: t, ev: make(chan Event, 16), logs: sink}
+	p, err := Start(testID, spec, h.ev, log)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	h.p = p
+	t.Cleanup(h.cleanup)
+	return h
+}
+
+// cleanup kills the agent if it still runs, waits for Exited, and checks
+// that nothing of it is left.
+func (h *harness) cleanup() {
+	t := h.t
+	if h.exit == nil {
+		h.p.Kill(0)
+		deadline := time.After(eventWait)
+		for h.exit == nil {
+			select {
+			case e := <-h.ev:
+				if e.Kind == Exited {
+					h.exit = &e
+				}
+			case <-deadline:
+				t.Errorf("agent %d: no Exited within %v of SIGKILL", h.p.Pid(), eventWait)
+				return
+			}
+		}
+	}
+	if err := unix.Kill(h.p.Pid(), 0); !errors.Is(err, unix.ESRCH) {
+		t.Errorf("pid %d still exists after Exited: kill(0) = %v", h.p.Pid(), err)
+	}
+	select {
+	case <-h.p.Done():
+	case <-time.After(eventWait):
+		t.Errorf("Done not closed after Exited")
+	}
+	select {
+	case e := <-h.ev:
+		t.Errorf("event after Exited: %+v", e)
+	default:
+	}
+}
+
+func (h *harness) next() Event {
+	h.t.Helper()
+	if h.exit != nil {
+		h.t.Fatalf("event wanted after Exited %+v", *h.exit)
+	}
+	select {
+	case e := <-h.ev:
+		if e.ID != testID {
+			h.t.Fatalf("event with id %d, want %d", e.ID, testID)
+		}
+		if e.Kind == Exited {
+			h.exit = &e
+		}
+		return e
+	case <-time.After(eventWait):
+		h.t.Fatalf("no event within %v", eventWait)
+	}
+	panic("unreachable")
+}
+
+// expect reads the next events and wants them to be these lines.
+func (h *harness) expect(lines ...string) {
+	h.t.Helper()
+	for _, want := range lines {
+		e := h.next()
+		if e.Kind != Line || e.Line != want {
+			h.t.Fatalf("got %v %.60q (err %v), want line %.60q", e.Kind, e.Line, e.Err, want)
+		}
+	}
+}
+
+// exited reads until Exited and returns it with the lines before it.
+func (h *harness) exited() (Event, []string) {
+	h.t.Helper()
+	var lines []string
+	for {
+		e := h.next()
+		switch e.Kind {
+		case Exited:
+			return e, lines
+		case Line:
+			lines = append(lines, e.Line)
+		default:
+			h.t.Fatalf("unexpected %v event %.60q", e.Kind, e.Line)
+		}
+	}
+}
+
+// cleanExit wants the next event to be a clean Exited.
+func (h *harness) cleanExit() {
+	h.t.Helper()
+	e := h.next()
+	if e.Kind != Exited || e.Err != nil || e.Partial != 0 {
+		h.t.Fatalf("got %+v, want a clean Exited", e)
+	}
+}
+
+var modes = []Stdio{Socketpair, Pipes, PTY}
+
+// forModes runs f once per Stdio mode, in parallel.
+func forModes(t *testing.T, f func(t *testing.T, mode Stdio)) {
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			f(t, mode)
+		})
+	}
+}
+
+func signalOf(t *testing.T, err error) syscall.Signal {
+	t.Helper()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("Exited.Err = %v, want an *exec.ExitError", err)
+	}
+	ws := ee.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() {
+		t.Fatalf("agent exited with %v, want death by a signal", err)
+	}
+	return ws.Signal()
+}
+
+func TestLinesInOrder(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, echoSpec(t, mode, "print:first", "spam:2000"))
+		h.expect("first")
+		for i := range 2000 {
+			h.expect("line " + strconv.Itoa(i))
+		}
+		h.cleanExit()
+	})
+}
+
+func TestInputInOrder(t *testing.T) {
+	// A burst far larger than any kernel buffer: the writer must deliver
+	// all of it, in order, while the agent's replies are read concurrently.
+	// On a pty this also shows canonical mode throttles rather than drops.
+	const n = 3000
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, echoSpec(t, mode, "echo"))
+		jobs := make([]string, n)
+		for i := range jobs {
+			jobs[i] = fmt.Sprintf("%d/%s\thost-%d.example", i, strings.Repeat("p", 50), i)
+		}
+		h.p.Write(jobs...)
+		h.p.End()
+		for _, j := range jobs {
+			h.expect("got:" + j)
+		}
+		h.expect("got:", "eof")
+		h.cleanExit()
+	})
+}
+
+func TestLineBytesExact(t *testing.T) {
+	// Tabs and carriage returns pass both ways untranslated; in PTY mode
+	// that needs OPOST and ICRNL off.
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, echoSpec(t, mode, "print:a\tb\rc\r", "echo"))
+		h.expect("a\tb\rc\r")
+		// An embedded newline would split one job into two: dropped.
+		h.p.Write("two\nlines")
+		h.p.Write("x\ty\rz")
+		h.expect("got:x\ty\rz")
+		h.p.End()
+		h.expect("got:", "eof")
+		h.cleanExit()
+	})
+}
+
+func TestTooLong(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, echoSpec(t, mode, "print:before", "long:"+strconv.Itoa(70<<10),
+			"long:"+strconv.Itoa(MaxLine), "print:after"))
+		h.expect("before")
+		if e := h.next(); e.Kind != TooLong || e.Line != strings.Repeat("x", tooLongPrefix) {
+			t.Fatalf("got %v %.60q, want TooLong with the line's first %d bytes", e.Kind, e.Line, tooLongPrefix)
+		}
+		h.expect(strings.Repeat("x", MaxLine), "after")
+		h.cleanExit()
+	})
+}
+
+func TestStderr(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, echoSpec(t, mode, "stderr:to-stderr", "print:to-stdout"))
+		_, lines := h.exited()
+		if mode == Pipes {
+			// Separate pipe: logged with the pid, not a report line.
+			if !reflect.DeepEqual(lines, []string{"to-stdout"}) {
+				t.Errorf("lines %q, want only stdout's", lines)
+			}
+			logs := h.logs.String()
+			if !strings.Contains(logs, "to-stderr") || !strings.Contains(logs, "pid="+strconv.Itoa(h.p.Pid())) {
+				t.Errorf("stderr line not logged with the pid; logs:\n%s", logs)
+			}
+			return
+		}
+		// One stream, as ZMailer: stderr arrives among the reports.
+		if !reflect.DeepEqual(lines, []string{"to-stderr", "to-stdout"}) {
+			t.Errorf("lines %q, want stderr then stdout in one stream", lines)
+		}
+	})
+}
+
+func TestEnd(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, echoSpec(t, mode, "print:ready", "echo"))
+		h.expect("ready")
+		h.p.Write("a", "b c")
+		h.p.End()
+		h.p.End()
+		h.p.Write("dropped after End")
+		// The empty line, then EOF (half-close, close, or EOT on a pty).
+		h.expect("got:a", "got:b c", "got:", "eof")
+		h.cleanExit()
+		if n := h.p.Backlog(); n != 0 {
+			t.Errorf("Backlog after exit = %d, want 0", n)
+		}
+	})
+}
+
+func TestEndWithZMailerStyleShellAgent(t *testing.T) {
+	// A plain shell agent speaking the protocol: #hungry before every read,
+	// exit on the empty line.
+	const script = `echo '#hungry'
+while IFS= read -r job; do
+	[ -z "$job" ] && exit 0
+	echo "1/2	notary	ok $job"
+	echo '#hungry'
+done
+exit 9`
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, shSpec(t, mode, script))
+		h.expect("#hungry")
+		h.p.Write("A/123\texample.com")
+		h.expect("1/2\tnotary\tok A/123\texample.com", "#hungry")
+		h.p.Write("124\texample.net")
+		h.expect("1/2\tnotary\tok 124\texample.net", "#hungry")
+		h.p.End()
+		h.cleanExit()
+	})
+}
+
+func TestExitStatus(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, echoSpec(t, mode, "print:bye", "exit:3"))
+		e, lines := h.exited()
+		var ee *exec.ExitError
+		if !errors.As(e.Err, &ee) || ee.ExitCode() != 3 {
+			t.Fatalf("Exited.Err = %v, want exit status 3", e.Err)
+		}
+		if !reflect.DeepEqual(lines, []string{"bye"}) {
+			t.Errorf("lines %q, want the output before the exit", lines)
+		}
+	})
+}
+
+func TestPartialLastLine(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, echoSpec(t, mode, "print:whole", "raw:half a line"))
+		e, lines := h.exited()
+		if !reflect.DeepEqual(lines, []string{"whole"}) {
+			t.Errorf("lines %q, want only the terminated one", lines)
+		}
+		if e.Err != nil || e.Partial != len("half a line") {
+			t.Errorf("Exited %+v, want Err nil and Partial %d", e, len("half a line"))
+		}
+	})
+}
+
+func TestKillTerm(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, echoSpec(t, mode, "print:ready", "hang"))
+		h.expect("ready")
+		h.p.Kill(time.Minute)
+		h.p.Kill(0) // idempotent: must not turn into an immediate SIGKILL
+		e := h.next()
+		if e.Kind != Exited {
+			t.Fatalf("got %v, want Exited", e.Kind)
+		}
+		if sig := signalOf(t, e.Err); sig != syscall.SIGTERM {
+			t.Errorf("died of %v, want SIGTERM", sig)
+		}
+	})
+}
+
+func TestKillIgnoringTerm(t *testing.T) {
+	const grace = 300 * time.Millisecond
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, echoSpec(t, mode, "ignoreterm", "print:ready", "hang"))
+		h.expect("ready")
+		t0 := time.Now()
+		h.p.Kill(grace)
+		e := h.next()
+		if e.Kind != Exited {
+			t.Fatalf("got %v, want Exited", e.Kind)
+		}
+		if sig := signalOf(t, e.Err); sig != syscall.SIGKILL {
+			t.Errorf("died of %v, want SIGKILL", sig)
+		}
+		if d := time.Since(t0); d < grace {
+			t.Errorf("SIGKILL after %v, before the %v grace", d, grace)
+		}
+	})
+}
+
+func TestNeverReadsStdin(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, echoSpec(t, mode, "print:ready", "hang"))
+		h.expect("ready")
+		line := strings.Repeat("j", 99)
+		batch := make([]string, 1000)
+		for i := range batch {
+			batch[i] = line
+		}
+		const total = 100 * 1000 * 100 // 10 MB
+		for range 100 {
+			h.p.Write(batch...)
+		}
+		// Reaching here at all shows Write did not wait for the agent.
+		if n := h.p.Backlog(); n <= 0 || n > total {
+			t.Fatalf("Backlog = %d, want in (0, %d]", n, total)
+		}
+		h.p.Kill(time.Minute)
+		if n := h.p.Backlog(); n != 0 {
+			t.Errorf("Backlog after Kill = %d, want 0 (dropped)", n)
+		}
+		h.p.Write("after kill")
+		if n := h.p.Backlog(); n != 0 {
+			t.Errorf("Write after Kill queued %d bytes", n)
+		}
+		e := h.next()
+		if e.Kind != Exited || signalOf(t, e.Err) != syscall.SIGTERM {
+			t.Fatalf("got %+v, want Exited by SIGTERM", e)
+		}
+	})
+}
+
+func TestClosedOutputKeepsAgentUntilExit(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, echoSpec(t, mode, "print:ready", "closeout", "hang"))
+		h.expect("ready")
+		// Wait until the agent has really let go of its stdio.
+		fd1 := fmt.Sprintf("/proc/%d/fd/1", h.p.Pid())
+		deadline := time.Now().Add(eventWait)
+		for target, _ := os.Readlink(fd1); target != os.DevNull; target, _ = os.Readlink(fd1) {
+			if time.Now().After(deadline) {
+				t.Fatalf("agent's stdout still %q", target)
+			}
+			runtime.Gosched()
+		}
+		// Its output is at EOF, but it runs: no Exited yet.
+		select {
+		case e := <-h.ev:
+			t.Fatalf("event %+v while the agent still runs", e)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if err := unix.Kill(h.p.Pid(), 0); err != nil {
+			t.Fatalf("agent gone: %v", err)
+		}
+		h.p.Kill(time.Minute)
+		if e := h.next(); e.Kind != Exited || signalOf(t, e.Err) != syscall.SIGTERM {
+			t.Fatalf("got %+v, want Exited by SIGTERM", e)
+		}
+	})
+}
+
+func TestOutputHeldByGrandchild(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		spec := echoSpec(t, mode, "fork", "exit:0")
+		spec.Drain = 200 * time.Millisecond
+		h := start(t, spec)
+		e := h.next()
+		gc, ok := strings.CutPrefix(e.Line, "grandchild:")
+		if e.Kind != Line || !ok {
+			t.Fatalf("got %+v, want the grandchild's pid", e)
+		}
+		pid, err := strconv.Atoi(gc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// We are the subreaper: the orphan is ours to kill and reap.
+		t.Cleanup(func() {
+			unix.Kill(pid, unix.SIGKILL)
+			var ws unix.WaitStatus
+			if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil {
+				t.Errorf("reaping grandchild %d: %v", pid, err)
+			}
+		})
+		e = h.next()
+		if e.Kind != Exited {
+			t.Fatalf("got %+v, want Exited", e)
+		}
+		if mode == PTY {
+			// The session leader's exit hangs the terminal up, which ends
+			// the output whether or not the grandchild survives SIGHUP.
+			if e.Err != nil && !errors.Is(e.Err, ErrOutputHeld) {
+				t.Errorf("Exited.Err = %v", e.Err)
+			}
+			return
+		}
+		if !errors.Is(e.Err, ErrOutputHeld) {
+			t.Errorf("Exited.Err = %v, want ErrOutputHeld", e.Err)
+		}
+	})
+}
+
+func TestNice(t *testing.T) {
+	// The agent's niceness is ours plus Spec.Nice. sh is single-threaded,
+	// so its one thread is the whole story.
+	own, err := strconv.Atoi(procStat(os.Getpid())[16])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := min(own+5, 19)
+	forModes(t, func(t *testing.T, mode Stdio) {
+		spec := shSpec(t, mode, `echo ready; read x; exit 0`)
+		spec.Nice = 5
+		h := start(t, spec)
+		h.expect("ready")
+		if got := procStat(h.p.Pid())[16]; got != strconv.Itoa(want) {
+			t.Errorf("agent nice = %s, want %d", got, want)
+		}
+		h.p.End()
+		h.cleanExit()
+	})
+}
+
+func TestEnvDirAndRelativeProgram(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		dir := t.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, "ta"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(echoagent, filepath.Join(dir, "ta", "echo")); err != nil {
+			t.Fatal(err)
+		}
+		env := []string{"A=1", "B=two words", "PATH=/nowhere", "TZ=UTC"}
+		spec := Spec{
+			Argv:  []string{"ta/echo", "env", "pwd"}, // relative to Dir, no PATH search
+			Env:   env,
+			Dir:   dir,
+			Stdio: mode,
+			UID:   -1,
+			GID:   -1,
+		}
+		h := start(t, spec)
+		e, lines := h.exited()
+		if e.Err != nil {
+			t.Fatalf("Exited.Err = %v", e.Err)
+		}
+		var gotEnv []string
+		var pwd string
+		for _, l := range lines {
+			if v, ok := strings.CutPrefix(l, "env:"); ok {
+				gotEnv = append(gotEnv, v)
+			} else if v, ok := strings.CutPrefix(l, "pwd:"); ok {
+				pwd = v
+			}
+		}
+		if !reflect.DeepEqual(gotEnv, env) {
+			t.Errorf("child env %q, want exactly %q", gotEnv, env)
+		}
+		if real, _ := filepath.EvalSymlinks(dir); pwd != real {
+			t.Errorf("child dir %q, want %q", pwd, real)
+		}
+	})
+}
+
+func TestNilEnvIsEmpty(t *testing.T) {
+	spec := echoSpec(t, Socketpair, "env", "print:done")
+	spec.Env = nil
+	h := start(t, spec)
+	_, lines := h.exited()
+	if !reflect.DeepEqual(lines, []string{"done"}) {
+		t.Errorf("nil Env gave the child %q, want no environment", lines)
+	}
+}
+
+func TestTerminalOnlyInPTYMode(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, echoSpec(t, mode, "tty"))
+		want := "tty:no"
+		if mode == PTY {
+			want = "tty:yes"
+		}
+		h.expect(want)
+		h.cleanExit()
+	})
+}
+
+func TestCredentials(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch user")
+	}
+	forModes(t, func(t *testing.T, mode Stdio) {
+		spec := echoSpec(t, mode, "ids")
+		spec.Dir = "/"
+		spec.UID, spec.GID = 65534, 65533
+		h := start(t, spec)
+		// setgroups drops the supplementary groups.
+		h.expect("ids:65534:65533:[]")
+		h.cleanExit()
+	})
+}
+
+func TestStartErrors(t *testing.T) {
+	log, _ := testLogger(t)
+	ev := make(chan Event, 1)
+	ok := echoSpec(t, Socketpair, "exit:0")
+
+	bad := ok
+	bad.Argv = nil
+	if _, err := Start(1, bad, ev, log); !errors.Is(err, ErrNoArgv) {
+		t.Errorf("empty argv: err = %v, want ErrNoArgv", err)
+	}
+	bad = ok
+	bad.Stdio = 7
+	if _, err := Start(1, bad, ev, log); !errors.Is(err, ErrStdio) {
+		t.Errorf("stdio 7: err = %v, want ErrStdio", err)
+	}
+	bad = ok
+	bad.Argv = []string{"no-such-agent"} // relative to Dir, not looked up in PATH
+	if _, err := Start(1, bad, ev, log); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing program: err = %v, want ErrNotExist", err)
+	}
+	bad = ok
+	bad.Argv = []string{"sh", "-c", "exit 0"} // a bare name is not searched for either
+	if _, err := Start(1, bad, ev, log); err == nil {
+		t.Errorf("bare name %q started: PATH was searched", bad.Argv[0])
+	}
+	select {
+	case e := <-ev:
+		t.Errorf("event %+v from a failed start", e)
+	default:
+	}
+}
+
+// TestNoLeaks runs agents in every mode, plus failed starts, and wants the
+// goroutine and descriptor counts back where they were. It is not parallel,
+// so nothing else runs meanwhile.
+func TestNoLeaks(t *testing.T) {
+	runAll := func() {
+		for _, mode := range modes {
+			h := start(t, echoSpec(t, mode, "print:x", "stderr:e", "echo"))
+			h.expect("x")
+			h.p.Write("y")
+			h.p.End()
+			if e, _ := h.exited(); e.Err != nil {
+				t.Fatalf("Exited.Err = %v", e.Err)
+			}
+			h.cleanup()
+			k := start(t, echoSpec(t, mode, "ignoreterm", "print:ready", "hang"))
+			k.expect("ready")
+			k.p.Write(strings.Repeat("z", 1<<20))
+			k.p.Kill(10 * time.Millisecond)
+			k.cleanup()
+			bad := echoSpec(t, mode)
+			bad.Argv = []string{"/nonexistent"}
+			if _, err := Start(1, bad, make(chan Event), nil); err == nil {
+				t.Fatal("start of a missing program succeeded")
+			}
+		}
+	}
+	fds := func() int {
+		ents, _ := os.ReadDir("/proc/self/fd")
+		return len(ents)
+	}
+	runAll() // warm up: the runtime's poller and timers exist from here on
+	g0, f0 := runtime.NumGoroutine(), fds()
+	runAll()
+	deadline := time.Now().Add(eventWait)
+	for runtime.NumGoroutine() > g0 || fds() > f0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines %d (was %d), fds %d (was %d)", runtime.NumGoroutine(), g0, fds(), f0)
+		}
+		runtime.Gosched()
+	}
+}

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"zsched/testagents"
+)
+
+// binaries builds the scheduler and the test agents once per test binary.
+var binaries = struct {
+	dir    string
+	agents map[string]string
+	err    error
+}{}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "zsched-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binaries.dir = dir
+	binaries.agents, binaries.err = testagents.Build(dir)
+	if binaries.err == nil {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "scheduler"), ".").CombinedOutput()
+		if err != nil {
+			binaries.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type postoffice struct {
+	t      *testing.T
+	dir    string
+	config string
+}
+
+// newPostoffice writes a config for one smtp clause running agent (a test
+// agent name and its arguments).
+func newPostoffice(t *testing.T, clause string) *postoffice {
+	t.Helper()
+	if binaries.err != nil {
+		t.Fatal(binaries.err)
+	}
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`[scheduler]
+postoffice = %q
+scaninterval = "1s"
+log_level = "info"
+shutdown_timeout = "5s"
+
+%s
+`, filepath.Join(dir, "po"), clause)
+	path := filepath.Join(dir, "scheduler.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &postoffice{t: t, dir: dir, config: path}
+}
+
+func (p *postoffice) agent(name string) string { return binaries.agents[name] }
+
+func (p *postoffice) scheduler(args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(binaries.dir, "scheduler"), args...)
+	cmd.Env = append(os.Environ(), "ZSCHED_CONFIG="+p.config)
+	return cmd
+}
+
+// enqueue queues messages × rcpts over domains with `scheduler enqueue`,
+// and returns every recipient address.
+func (p *postoffice) enqueue(messages, rcpts, domains int) []string {
+	p.t.Helper()
+	var all []string
+	for m := 0; m < messages; m++ {
+		args := []string{"enqueue", "-from", "sender@example.org"}
+		for r := 0; r < rcpts; r++ {
+			a := fmt.Sprintf("u%d.%d@d%d.test", m, r, (m*rcpts+r)%domains)
+			args = append(args, a)
+			all = append(all, a)
+		}
+		out, err := p.scheduler(args...).CombinedOutput()
+		if err != nil {
+			p.t.Fatalf("enqueue: %v\n%s", err, out)
+		}
+	}
+	return all
+}
+
+type outcome struct {
+	msg, to, status, ta string
+	final               bool
+}
+
+var kv = regexp.MustCompile(`(\w+)=("(?:[^"\\]|\\.)*"|\S*)`)
+
+// drain runs `scheduler run -drain` and returns its outcome lines.
+func (p *postoffice) drain() ([]outcome, string) {
+	p.t.Helper()
+	cmd := p.scheduler("run", "-drain")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		p.t.Fatalf("run -drain: %v\n%s", err, tail(stderr.String(), 40))
+	}
+	var outs []outcome
+	sc := bufio.NewScanner(bytes.NewReader(stderr.Bytes()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, "zsched: outcome:") {
+			continue
+		}
+		f := map[string]string{}
+		for _, m := range kv.FindAllStringSubmatch(line, -1) {
+			f[m[1]] = strings.Trim(m[2], `"`)
+		}
+		outs = append(outs, outcome{msg: f["msg"], to: f["to"], status: f["status"], ta: f["ta"], final: f["next"] == ""})
+	}
+	return outs, stderr.String()
+}
+
+func tail(s string, n int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// checkDrained asserts every recipient has exactly one final outcome of
+// success, the spool holds no message, and no agent outlived the run.
+// With gone, a recipient may also end as "gone": an agent marked it done
+// in the control file but died before its report reached the scheduler.
+func (p *postoffice) checkDrained(rcpts []string, outs []outcome, gone bool) {
+	p.t.Helper()
+	final := map[string][]string{}
+	pids := map[int]bool{}
+	for _, o := range outs {
+		if o.final {
+			final[o.to] = append(final[o.to], o.status)
+		}
+		if pid, err := strconv.Atoi(o.ta); err == nil && pid > 0 {
+			pids[pid] = true
+		}
+	}
+	for _, r := range rcpts {
+		st := final[r]
+		if len(st) != 1 || !(strings.HasPrefix(st[0], "ok") || gone && st[0] == "gone") {
+			p.t.Fatalf("recipient %s: final outcomes %v, want exactly one ok", r, st)
+		}
+	}
+	if len(final) != len(rcpts) {
+		p.t.Fatalf("%d recipients with final outcomes, want %d", len(final), len(rcpts))
+	}
+	for _, sub := range []string{"transport", "queue"} {
+		var left []string
+		filepath.WalkDir(filepath.Join(p.dir, "po", sub), func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && !strings.HasPrefix(d.Name(), ".") {
+				left = append(left, path)
+			}
+			return nil
+		})
+		if len(left) > 0 {
+			p.t.Fatalf("%d files left in %s, e.g. %s", len(left), sub, left[0])
+		}
+	}
+	for pid := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			p.t.Fatalf("agent pid %d still exists after the drain (kill 0: %v)", pid, err)
+		}
+	}
+}
+
+func TestDrainWithSink(t *testing.T) {
+	p := newPostoffice(t, "")
+	p.rewrite(fmt.Sprintf(`[[clause]]
+select = "smtp/*"
+command = [%q, "-c", "smtp"]
+maxring = 10
+overfeed = 2
+`, p.agent("sink")))
+	rcpts := p.enqueue(200, 10, 50)
+	outs, _ := p.drain()
+	p.checkDrained(rcpts, outs, false)
+	if len(outs) != len(rcpts) {
+		t.Fatalf("%d outcome lines for %d recipients, want one each", len(outs), len(rcpts))
+	}
+}
+
+func TestDrainWithFlakyAgent(t *testing.T) {
+	p := newPostoffice(t, "")
+	p.rewrite(fmt.Sprintf(`[[clause]]
+select = "smtp/*"
+command = [%q, "-c", "smtp", "-p", "0.3", "-seed", "7"]
+interval = "1s"
+retries = [1]
+maxring = 10
+`, p.agent("flaky")))
+	rcpts := p.enqueue(40, 5, 10)
+	outs, _ := p.drain()
+	p.checkDrained(rcpts, outs, false)
+	deferred := 0
+	for _, o := range outs {
+		if o.status == "deferred" {
+			deferred++
+		}
+	}
+	if deferred == 0 {
+		t.Fatal("the flaky agent deferred nothing: the test proves no retry")
+	}
+	t.Logf("%d recipients, %d deferrals retried", len(rcpts), deferred)
+}
+
+func TestDrainWithCrashingAgent(t *testing.T) {
+	p := newPostoffice(t, "")
+	p.rewrite(fmt.Sprintf(`[[clause]]
+select = "smtp/*"
+command = [%q, "-c", "smtp", "-after", "7"]
+interval = "1s"
+retries = [1]
+maxring = 4
+`, p.agent("crash")))
+	rcpts := p.enqueue(30, 4, 5)
+	outs, log := p.drain()
+	p.checkDrained(rcpts, outs, true)
+	if !strings.Contains(log, "agent exited with work outstanding") {
+		t.Fatal("no agent crashed: the test proves nothing")
+	}
+}
+
+func (p *postoffice) rewrite(clause string) {
+	p.t.Helper()
+	b, err := os.ReadFile(p.config)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if err := os.WriteFile(p.config, append(b, clause...), 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+}

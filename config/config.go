@@ -1,0 +1,191 @@
+package config
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Scheduler is the [scheduler] table: settings of the whole daemon.
+type Scheduler struct {
+	Postoffice           string   // required; a relative path is relative to the config file's directory
+	Hash                 int      // 0, 1 or 2: A–Z directory levels for files the scheduler writes (enqueue, DSNs)
+	ScanInterval         Duration // directory scan backstop; default 10s
+	LogLevel             string   // trace|debug|info|warn|error; default info
+	LogFormat            string   // text|json; default text
+	ControlSocket        string   // default <postoffice>/transport/.scheduler.sock
+	ControlGroup         string   // group allowed on the control socket; "" = owner only
+	NotifySocket         string   // default <postoffice>/transport/.scheduler.notify
+	MetricsListen        string   // "" = off; loopback only unless MetricsPublic
+	MetricsPublic        bool     // allow MetricsListen off loopback
+	MaxTA                int      // global agent cap; default 1000
+	ForkRate             int      // new agents per second; default 100
+	StateLog             string   // per-attempt log file; "" = none
+	MessageActiveLimit   int      // messages in core; default 20000 (qmgr_message_active_limit)
+	RecipientActiveLimit int      // recipients in core; default 20000 (qmgr_message_recipient_limit)
+	ShutdownTimeout      Duration // how long TERM waits for agents; default 10s
+}
+
+// Clause is one [[clause]] after the overlay: built-in defaults, then the file's
+// [defaults], then the clause's own keys. Names follow ZMailer's scheduler.conf
+// where it has the knob and Postfix's otherwise.
+type Clause struct {
+	Select  string  // "channelglob/hostglob", or "channelglob" meaning host "*"
+	Line    int     // line of its [[clause]] header (0 for built-ins and [defaults])
+	Command Command // the agent command line; required after the overlay
+	Stdio   Stdio   // default socketpair
+	User    string  // agent user (name or uid); "" = the scheduler's own
+	Group   string  // agent group (name or gid); "" = the scheduler's own
+
+	Interval Duration // retry unit; default 1m (ZMailer's shipped */* value)
+	Retries  []int    // factors of Interval; default Fibonacci 1..34; 0 = retry at once ("jackhammer"); at most 100
+	Skew     int      // retry alignment divisor; default 5; >= 1
+	Expiry   Duration // default 5d; 0 = never
+	Expiry2  Duration // grace after Expiry even without attempts; default 2d
+	IdleMax  Duration // how long an idle agent is kept; default 3 × Interval
+
+	MaxChannel int  // agents per channel, across rings; default 1000
+	MaxRing    int  // agents per ring; default 20
+	MaxThr     int  // destination concurrency limit: the window's ceiling; default 20
+	Overfeed   int  // extra job lines outstanding per agent; default 0
+	QueueOnly  bool // threads start only by ETRN
+	AgeOrder   bool // ZMailer's flag; true exactly when Order == OrderAge
+	Order      Order
+	Nice       int      // -20..19, applied to the agent
+	JobTimeout Duration // a busy agent silent this long is killed; default 10m
+
+	InitialConcurrency   int      // starting window; default 5, at most MaxThr
+	PositiveFeedback     Feedback // default 1/concurrency
+	NegativeFeedback     Feedback // default 1/concurrency
+	FailedCohortLimit    int      // default 1
+	DeliverySlotCost     int      // default 5; 0 = no preemption
+	DeliverySlotLoan     int      // default 3
+	DeliverySlotDiscount int      // percent, 0..100; default 50
+	MinimumDeliverySlots int      // default 3
+}
+
+// Config is a loaded and validated scheduler.toml.
+type Config struct {
+	Scheduler Scheduler
+	Defaults  Clause   // built-in defaults overlaid by the file's [defaults]
+	Clauses   []Clause // in file order, each overlaid on Defaults
+	File      string   // the file it was loaded from
+
+	sel []selector // Match's lowercased patterns, built by Parse
+}
+
+// selector is a clause's Select split and lowercased once.
+type selector struct {
+	src           string
+	channel, host string
+}
+
+func newSelector(sel string) selector {
+	ch, host, ok := strings.Cut(sel, "/")
+	if !ok {
+		host = "*"
+	}
+	return selector{src: sel, channel: strings.ToLower(ch), host: strings.ToLower(host)}
+}
+
+// Match returns the index of the first clause whose channel glob and host glob
+// match the lowercased channel and host (an empty host matches "*"), and
+// whether there was one. It is a linear scan over the clauses: callers on a hot
+// path cache the answer per (channel, host).
+func (c *Config) Match(channel, host string) (index int, ok bool) {
+	channel, host = strings.ToLower(channel), strings.ToLower(host)
+	for i := range c.Clauses {
+		if i < len(c.sel) && c.sel[i].src == c.Clauses[i].Select {
+			// Parse checked these patterns.
+			if globMatch(c.sel[i].channel, channel) && globMatch(c.sel[i].host, host) {
+				return i, true
+			}
+			continue
+		}
+		// Clauses built or edited by hand after Parse.
+		s := newSelector(c.Clauses[i].Select)
+		if Glob(s.channel, channel) && Glob(s.host, host) {
+			return i, true
+		}
+	}
+	return -1, false
+}
+
+// Default returns the built-in configuration: no clauses and no postoffice.
+func Default() *Config {
+	return &Config{Scheduler: defaultScheduler(), Defaults: defaultClause()}
+}
+
+func defaultScheduler() Scheduler {
+	return Scheduler{
+		ScanInterval:         Duration(10 * time.Second),
+		LogLevel:             "info",
+		LogFormat:            "text",
+		MaxTA:                1000,
+		ForkRate:             100,
+		MessageActiveLimit:   20000,
+		RecipientActiveLimit: 20000,
+		ShutdownTimeout:      Duration(10 * time.Second),
+	}
+}
+
+// defaultRetries is ZMailer's shipped Fibonacci list.
+var defaultRetries = [...]int{1, 1, 2, 3, 5, 8, 13, 21, 34}
+
+func defaultClause() Clause {
+	return Clause{
+		Stdio:                StdioSocketpair,
+		Interval:             Duration(time.Minute),
+		Retries:              append([]int(nil), defaultRetries[:]...),
+		Skew:                 5,
+		Expiry:               Duration(5 * day),
+		Expiry2:              Duration(2 * day),
+		IdleMax:              Duration(3 * time.Minute),
+		MaxChannel:           1000,
+		MaxRing:              20,
+		MaxThr:               20,
+		Order:                OrderPreemptive,
+		JobTimeout:           Duration(10 * time.Minute),
+		InitialConcurrency:   5,
+		PositiveFeedback:     Feedback{Kind: FeedbackInverse, Value: 1},
+		NegativeFeedback:     Feedback{Kind: FeedbackInverse, Value: 1},
+		FailedCohortLimit:    1,
+		DeliverySlotCost:     5,
+		DeliverySlotLoan:     3,
+		DeliverySlotDiscount: 50,
+		MinimumDeliverySlots: 3,
+	}
+}
+
+// Error is a configuration error at a file, line and key.
+type Error struct {
+	File string // as given to Parse or Load
+	Line int    // 1-based; 0 if unknown
+	Key  string // dotted, e.g. "clause.maxring"; "" for syntax errors
+	Msg  string
+
+	err error // the underlying error, for errors.Is
+}
+
+// Error formats as "config: scheduler.toml:12: clause.maxring: must be >= 1".
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("config: ")
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			b.WriteString(":" + strconv.Itoa(e.Line))
+		}
+		b.WriteString(": ")
+	} else if e.Line > 0 {
+		b.WriteString("line " + strconv.Itoa(e.Line) + ": ")
+	}
+	if e.Key != "" {
+		b.WriteString(e.Key + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Unwrap returns the underlying error, such as one wrapping ErrDuration.
+func (e *Error) Unwrap() error { return e.err }

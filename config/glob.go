@@ -1,0 +1,198 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// ErrGlob is wrapped by every glob syntax error.
+var ErrGlob = errors.New("config: invalid glob")
+
+// Glob reports whether s matches the ZMailer glob pattern: '*' any string, '?'
+// one character, "[set]" and "[^set]" (also "[!set]") with ranges such as a-z,
+// '\x' a literal x, and "{a,b,c}" alternatives, which may stand anywhere and
+// nest (ZMailer honoured them only at the end of a pattern). Matching is exact;
+// Config.Match lowercases both sides. A malformed pattern matches nothing.
+func Glob(pattern, s string) bool {
+	if CheckGlob(pattern) != nil {
+		return false
+	}
+	return globMatch(pattern, s)
+}
+
+// CheckGlob returns an error wrapping ErrGlob if pattern is malformed: an
+// unterminated set or brace, a '}' without '{', or a trailing backslash.
+func CheckGlob(pattern string) error {
+	depth := 0
+	for i := 0; i < len(pattern); i++ {
+		switch pattern[i] {
+		case '\\':
+			if i+1 == len(pattern) {
+				return fmt.Errorf("%w: %q ends in a backslash", ErrGlob, pattern)
+			}
+			i++
+		case '[':
+			n := setEnd(pattern[i:])
+			if n < 0 {
+				return fmt.Errorf("%w: %q: unterminated [", ErrGlob, pattern)
+			}
+			i += n - 1
+		case '{':
+			depth++
+		case '}':
+			if depth == 0 {
+				return fmt.Errorf("%w: %q: } without {", ErrGlob, pattern)
+			}
+			depth--
+		}
+	}
+	if depth > 0 {
+		return fmt.Errorf("%w: %q: unterminated {", ErrGlob, pattern)
+	}
+	return nil
+}
+
+// globMatch matches a pattern already known to be well formed.
+func globMatch(p, s string) bool {
+	for len(p) > 0 {
+		switch p[0] {
+		case '*':
+			for len(p) > 0 && p[0] == '*' {
+				p = p[1:]
+			}
+			if p == "" {
+				return true
+			}
+			for i := 0; i <= len(s); i++ {
+				if globMatch(p, s[i:]) {
+					return true
+				}
+			}
+			return false
+		case '?':
+			if s == "" {
+				return false
+			}
+			_, n := utf8.DecodeRuneInString(s)
+			p, s = p[1:], s[n:]
+		case '[':
+			if s == "" {
+				return false
+			}
+			n := setEnd(p)
+			r, size := utf8.DecodeRuneInString(s)
+			if !setMatch(p[1:n-1], r) {
+				return false
+			}
+			p, s = p[n:], s[size:]
+		case '{':
+			alts, rest, ok := braceSplit(p)
+			if !ok {
+				return false
+			}
+			for _, a := range alts {
+				if globMatch(a+rest, s) {
+					return true
+				}
+			}
+			return false
+		case '\\':
+			if len(p) == 1 {
+				return false
+			}
+			p = p[1:]
+			fallthrough
+		default:
+			if s == "" || s[0] != p[0] {
+				return false
+			}
+			p, s = p[1:], s[1:]
+		}
+	}
+	return s == ""
+}
+
+// setEnd returns the length of the set starting at p[0] == '[' including its
+// closing ']', or -1 if it is not closed. A ']' right after "[", "[^" or "[!" is
+// a member, as in shell globs.
+func setEnd(p string) int {
+	i := 1
+	if i < len(p) && (p[i] == '^' || p[i] == '!') {
+		i++
+	}
+	if i < len(p) && p[i] == ']' {
+		i++
+	}
+	for ; i < len(p); i++ {
+		switch p[i] {
+		case '\\':
+			i++
+		case ']':
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// setMatch reports whether r is in the set body (without the brackets).
+func setMatch(body string, r rune) bool {
+	negate := false
+	if body != "" && (body[0] == '^' || body[0] == '!') {
+		negate, body = true, body[1:]
+	}
+	in := false
+	for body != "" {
+		lo, n := setRune(body)
+		body = body[n:]
+		hi := lo
+		if len(body) >= 2 && body[0] == '-' {
+			hi, n = setRune(body[1:])
+			body = body[1+n:]
+		}
+		if lo <= r && r <= hi {
+			in = true
+		}
+	}
+	return in != negate
+}
+
+// setRune decodes one set member, honouring a backslash escape.
+func setRune(s string) (rune, int) {
+	if s[0] == '\\' && len(s) > 1 {
+		r, n := utf8.DecodeRuneInString(s[1:])
+		return r, n + 1
+	}
+	return utf8.DecodeRuneInString(s)
+}
+
+// braceSplit splits p, which starts with '{', into its top-level alternatives
+// and the rest of the pattern after the matching '}'; ok is false if the brace
+// is not closed.
+func braceSplit(p string) (alts []string, rest string, ok bool) {
+	depth := 0
+	start := 1
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case '\\':
+			i++
+		case '[':
+			if n := setEnd(p[i:]); n > 0 {
+				i += n - 1
+			}
+		case '{':
+			depth++
+		case ',':
+			if depth == 1 {
+				alts = append(alts, p[start:i])
+				start = i + 1
+			}
+		case '}':
+			depth--
+			if depth == 0 {
+				return append(alts, p[start:i]), p[i+1:], true
+			}
+		}
+	}
+	return nil, "", false
+}

@@ -1,0 +1,728 @@
+package config
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Load reads and parses the file at path. Relative paths inside it (postoffice,
+// sockets, state log, agent programs) are resolved against the file's directory,
+// made absolute so they survive the daemon changing directory.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c, err := parse(path, filepath.Dir(abs), data)
+	if err != nil {
+		return nil, err
+	}
+	c.File = abs
+	return c, nil
+}
+
+// Parse parses and validates a scheduler.toml held in data. name is the file's
+// path: errors name it, and relative paths inside are resolved against its
+// directory. Validation errors are *Error values, joined when there are several,
+// ordered by line.
+func Parse(name string, data []byte) (*Config, error) {
+	c, err := parse(name, filepath.Dir(name), data)
+	if err != nil {
+		return nil, err
+	}
+	c.File = name
+	return c, nil
+}
+
+// parser collects the errors of one parse.
+type parser struct {
+	file  string
+	dir   string
+	lines *fileLines
+	errs  []*Error
+}
+
+func (p *parser) errorf(line int, key, format string, args ...any) {
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+// fail records err (from a value parser) against key.
+func (p *parser) fail(line int, key string, err error) {
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Key: key, Msg: strings.TrimPrefix(err.Error(), "config: "), err: err})
+}
+
+func parse(name, dir string, data []byte) (*Config, error) {
+	var raw map[string]any
+	if _, err := toml.Decode(string(data), &raw); err != nil {
+		e := &Error{File: name, Msg: err.Error(), err: err}
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			e.Line, e.Msg = pe.Position.Line, pe.Message
+		}
+		return nil, e
+	}
+	p := &parser{file: name, dir: dir, lines: scanLines(string(data))}
+	c := Default()
+
+	for _, key := range sortedKeys(raw) {
+		switch key {
+		case "scheduler", "defaults", "clause":
+		default:
+			p.errorf(p.lines.top(key), key, "unknown key%s", hint("", key))
+		}
+	}
+
+	if v, ok := raw["scheduler"]; ok {
+		if m, ok := v.(map[string]any); ok {
+			p.scheduler(&c.Scheduler, m, p.lines.table("scheduler"))
+		} else {
+			p.errorf(p.lines.top("scheduler"), "scheduler", "must be a table ([scheduler]), not %s", tomlType(v))
+		}
+	}
+	sm, _ := raw["scheduler"].(map[string]any)
+	_, written := sm["postoffice"]
+	p.finishScheduler(&c.Scheduler, p.lines.table("scheduler"), written)
+
+	defaults := layer{c: c.Defaults}
+	if v, ok := raw["defaults"]; ok {
+		if m, ok := v.(map[string]any); ok {
+			p.clause(&defaults, "defaults", m, p.lines.table("defaults"))
+		} else {
+			p.errorf(p.lines.top("defaults"), "defaults", "must be a table ([defaults]), not %s", tomlType(v))
+		}
+	}
+	c.Defaults = p.finishClause(defaults, "defaults", p.lines.table("defaults"))
+
+	if v, ok := raw["clause"]; ok {
+		elems, ok := tables(v)
+		if !ok {
+			p.errorf(p.lines.top("clause"), "clause", "must be an array of tables ([[clause]]), not %s", tomlType(v))
+		}
+		for i, m := range elems {
+			tl := p.lines.element("clause", i)
+			l := defaults
+			l.c.Line = tl.header
+			p.clause(&l, "clause", m, tl)
+			cl := p.finishClause(l, "clause", tl)
+			c.Clauses = append(c.Clauses, cl)
+			c.sel = append(c.sel, newSelector(cl.Select))
+		}
+	}
+
+	if len(p.errs) > 0 {
+		slices.SortStableFunc(p.errs, func(a, b *Error) int { return cmp.Compare(a.Line, b.Line) })
+		errs := make([]error, len(p.errs))
+		for i, e := range p.errs {
+			errs[i] = e
+		}
+		if len(errs) == 1 {
+			return nil, errs[0]
+		}
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// tables returns v as an array of tables.
+func tables(v any) ([]map[string]any, bool) {
+	switch t := v.(type) {
+	case []map[string]any:
+		return t, true
+	case []any:
+		out := make([]map[string]any, 0, len(t))
+		for _, e := range t {
+			m, ok := e.(map[string]any)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, m)
+		}
+		return out, true
+	}
+	return nil, false
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// --- [scheduler] ---
+
+type schedulerSetter func(s *Scheduler, v any) error
+
+var schedulerKeys = map[string]schedulerSetter{
+	"postoffice":   func(s *Scheduler, v any) error { return setPath(&s.Postoffice, v) },
+	"hash":         func(s *Scheduler, v any) error { return setInt(&s.Hash, v, 0, 2) },
+	"scaninterval": func(s *Scheduler, v any) error { return setDuration(&s.ScanInterval, v, true) },
+	"log_level": func(s *Scheduler, v any) error {
+		return setWord(&s.LogLevel, v, "trace", "debug", "info", "warn", "error")
+	},
+	"log_format":     func(s *Scheduler, v any) error { return setWord(&s.LogFormat, v, "text", "json") },
+	"control_socket": func(s *Scheduler, v any) error { return setPath(&s.ControlSocket, v) },
+	"control_group":  func(s *Scheduler, v any) error { return setID(&s.ControlGroup, v) },
+	"notify_socket":  func(s *Scheduler, v any) error { return setPath(&s.NotifySocket, v) },
+	"metrics_listen": func(s *Scheduler, v any) error { return setString(&s.MetricsListen, v) },
+	"metrics_public": func(s *Scheduler, v any) error { return setBool(&s.MetricsPublic, v) },
+	"maxta":          func(s *Scheduler, v any) error { return setInt(&s.MaxTA, v, 1, math.MaxInt) },
+	"forkrate":       func(s *Scheduler, v any) error { return setInt(&s.ForkRate, v, 1, math.MaxInt) },
+	"statelog":       func(s *Scheduler, v any) error { return setString(&s.StateLog, v) },
+	"message_active_limit": func(s *Scheduler, v any) error {
+		return setInt(&s.MessageActiveLimit, v, 1, math.MaxInt)
+	},
+	"recipient_active_limit": func(s *Scheduler, v any) error {
+		return setInt(&s.RecipientActiveLimit, v, 1, math.MaxInt)
+	},
+	"shutdown_timeout": func(s *Scheduler, v any) error { return setDuration(&s.ShutdownTimeout, v, false) },
+}
+
+func (p *parser) scheduler(s *Scheduler, m map[string]any, tl *tableLines) {
+	for _, key := range sortedKeys(m) {
+		set, ok := schedulerKeys[key]
+		if !ok {
+			p.errorf(tl.line(key), "scheduler."+key, "unknown key%s", hint("scheduler", key))
+			continue
+		}
+		if err := set(s, m[key]); err != nil {
+			p.fail(tl.line(key), "scheduler."+key, err)
+		}
+	}
+}
+
+// finishScheduler resolves paths and derived defaults; postofficeWritten
+// avoids reporting a postoffice with a bad value as missing too.
+func (p *parser) finishScheduler(s *Scheduler, tl *tableLines, postofficeWritten bool) {
+	if s.Postoffice == "" {
+		if !postofficeWritten {
+			p.errorf(tl.header, "scheduler.postoffice", "required: the spool root holding queue/ and transport/")
+		}
+		return
+	}
+	s.Postoffice = p.resolve(s.Postoffice)
+	transport := filepath.Join(s.Postoffice, "transport")
+	if s.ControlSocket == "" {
+		s.ControlSocket = filepath.Join(transport, ".scheduler.sock")
+	} else {
+		s.ControlSocket = p.resolve(s.ControlSocket)
+	}
+	if s.NotifySocket == "" {
+		s.NotifySocket = filepath.Join(transport, ".scheduler.notify")
+	} else {
+		s.NotifySocket = p.resolve(s.NotifySocket)
+	}
+	if s.StateLog != "" {
+		s.StateLog = p.resolve(s.StateLog)
+	}
+	if s.MetricsListen != "" {
+		loopback, err := checkListen(s.MetricsListen)
+		switch {
+		case err != nil:
+			p.errorf(tl.line("metrics_listen"), "scheduler.metrics_listen", "%v", err)
+		case !loopback && !s.MetricsPublic:
+			p.errorf(tl.line("metrics_listen"), "scheduler.metrics_listen",
+				"%q is not a loopback address (127.0.0.0/8, ::1, localhost); set metrics_public = true to serve metrics beyond this host", s.MetricsListen)
+		}
+	}
+}
+
+func (p *parser) resolve(path string) string {
+	if filepath.IsAbs(path) {
+		return filepath.Clean(path)
+	}
+	return filepath.Join(p.dir, path)
+}
+
+// checkListen parses host:port without the net package (the core imports this
+// package and must not link net) and reports whether host is loopback.
+func checkListen(addr string) (loopback bool, err error) {
+	var host, port string
+	if strings.HasPrefix(addr, "[") {
+		h, rest, ok := strings.Cut(addr[1:], "]")
+		if !ok || !strings.HasPrefix(rest, ":") {
+			return false, fmt.Errorf("%q: want host:port", addr)
+		}
+		host, port = h, rest[1:]
+	} else {
+		i := strings.LastIndexByte(addr, ':')
+		if i < 0 || strings.Contains(addr[:i], ":") {
+			return false, fmt.Errorf("%q: want host:port (an IPv6 host goes in brackets)", addr)
+		}
+		host, port = addr[:i], addr[i+1:]
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil || !isDigits(port) {
+		return false, fmt.Errorf("%q: port %q is not a number in 0..65535", addr, port)
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true, nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return false, nil // a name or the empty (all interfaces) host
+	}
+	return ip.IsLoopback(), nil
+}
+
+// --- clauses and [defaults] ---
+
+// layer is a clause being overlaid, with the facts the overlay needs beyond
+// the values: whether idlemax and the order were written anywhere.
+type layer struct {
+	c        Clause
+	idleSet  bool
+	orderSet bool
+	// Written but perhaps invalid: such a key has its own error already and
+	// is not reported as missing too.
+	selectWritten, commandWritten bool
+}
+
+type clauseSetter func(l *layer, v any) error
+
+var clauseKeys = map[string]clauseSetter{
+	"select": func(l *layer, v any) error {
+		l.selectWritten = true
+		return setSelect(&l.c.Select, v)
+	},
+	"command": func(l *layer, v any) error {
+		l.commandWritten = true
+		var c Command
+		if err := c.UnmarshalTOML(v); err != nil {
+			return err
+		}
+		l.c.Command = c
+		return nil
+	},
+	"stdio": func(l *layer, v any) error { return setText(&l.c.Stdio, v) },
+	"user":  func(l *layer, v any) error { return setID(&l.c.User, v) },
+	"group": func(l *layer, v any) error { return setID(&l.c.Group, v) },
+	"interval": func(l *layer, v any) error {
+		return setDuration(&l.c.Interval, v, true)
+	},
+	"retries": func(l *layer, v any) error { return setRetries(&l.c.Retries, v) },
+	"skew":    func(l *layer, v any) error { return setInt(&l.c.Skew, v, 1, math.MaxInt) },
+	"expiry":  func(l *layer, v any) error { return setDuration(&l.c.Expiry, v, false) },
+	"expiry2": func(l *layer, v any) error { return setDuration(&l.c.Expiry2, v, false) },
+	"idlemax": func(l *layer, v any) error {
+		l.idleSet = true
+		return setDuration(&l.c.IdleMax, v, false)
+	},
+	"maxchannel": func(l *layer, v any) error { return setInt(&l.c.MaxChannel, v, 1, math.MaxInt) },
+	"maxring":    func(l *layer, v any) error { return setInt(&l.c.MaxRing, v, 1, math.MaxInt) },
+	"maxthr":     func(l *layer, v any) error { return setInt(&l.c.MaxThr, v, 1, math.MaxInt) },
+	"overfeed":   func(l *layer, v any) error { return setInt(&l.c.Overfeed, v, 0, math.MaxInt) },
+	"queueonly":  func(l *layer, v any) error { return setBool(&l.c.QueueOnly, v) },
+	"ageorder": func(l *layer, v any) error {
+		var age bool
+		if err := setBool(&age, v); err != nil {
+			return err
+		}
+		if age {
+			l.c.Order, l.orderSet = OrderAge, true
+		} else if l.c.Order == OrderAge {
+			l.orderSet = false // back to the default order
+		}
+		return nil
+	},
+	"order": func(l *layer, v any) error {
+		if err := setText(&l.c.Order, v); err != nil {
+			return err
+		}
+		l.orderSet = true
+		return nil
+	},
+	"nice":                func(l *layer, v any) error { return setInt(&l.c.Nice, v, -20, 19) },
+	"jobtimeout":          func(l *layer, v any) error { return setDuration(&l.c.JobTimeout, v, true) },
+	"initial_concurrency": func(l *layer, v any) error { return setInt(&l.c.InitialConcurrency, v, 1, math.MaxInt) },
+	"positive_feedback":   func(l *layer, v any) error { return setFeedback(&l.c.PositiveFeedback, v) },
+	"negative_feedback":   func(l *layer, v any) error { return setFeedback(&l.c.NegativeFeedback, v) },
+	"failed_cohort_limit": func(l *layer, v any) error { return setInt(&l.c.FailedCohortLimit, v, 0, math.MaxInt) },
+	"delivery_slot_cost": func(l *layer, v any) error {
+		var n int
+		if err := setInt(&n, v, 0, math.MaxInt); err != nil {
+			return err
+		}
+		if n == 1 {
+			// Postfix: "The minimal value the scheduling algorithm can use is 2".
+			return errors.New("must be 0 (no preemption) or >= 2")
+		}
+		l.c.DeliverySlotCost = n
+		return nil
+	},
+	"delivery_slot_loan":     func(l *layer, v any) error { return setInt(&l.c.DeliverySlotLoan, v, 0, math.MaxInt) },
+	"delivery_slot_discount": func(l *layer, v any) error { return setInt(&l.c.DeliverySlotDiscount, v, 0, 100) },
+	"minimum_delivery_slots": func(l *layer, v any) error { return setInt(&l.c.MinimumDeliverySlots, v, 0, math.MaxInt) },
+}
+
+// clause overlays the keys of one [defaults] or [[clause]] table onto l.
+func (p *parser) clause(l *layer, section string, m map[string]any, tl *tableLines) {
+	if a, ok := m["ageorder"].(bool); ok {
+		if o, ok := m["order"].(string); ok && a != (o == "age") {
+			p.errorf(tl.line("ageorder"), section+".ageorder", "ageorder = %t contradicts order = %q in the same table", a, o)
+		}
+	}
+	for _, key := range sortedKeys(m) {
+		set, ok := clauseKeys[key]
+		if !ok || key == "select" && section != "clause" {
+			p.errorf(tl.line(key), section+"."+key, "unknown key%s", hint(section, key))
+			continue
+		}
+		if err := set(l, m[key]); err != nil {
+			p.fail(tl.line(key), section+"."+key, err)
+		}
+	}
+}
+
+// finishClause resolves the values derived from others once every layer is
+// on, and checks what only the whole clause can tell.
+func (p *parser) finishClause(l layer, section string, tl *tableLines) Clause {
+	c := l.c
+	c.Retries = slices.Clone(c.Retries) // no clause shares another's backing array
+	if !l.idleSet {
+		c.IdleMax = Duration(mulSat(time.Duration(c.Interval), 3))
+	}
+	switch {
+	case !l.orderSet, c.Order == OrderPreemptive && c.DeliverySlotCost == 0:
+		// delivery_slot_cost = 0 turns preemption off (DESIGN §7).
+		c.Order = OrderPreemptive
+		if c.DeliverySlotCost == 0 {
+			c.Order = OrderFIFO
+		}
+	}
+	c.AgeOrder = c.Order == OrderAge
+	// The window never exceeds maxthr; a clause that lowers maxthr below the
+	// inherited initial concurrency simply starts at its ceiling.
+	c.InitialConcurrency = min(c.InitialConcurrency, c.MaxThr)
+	for _, f := range c.Retries {
+		if f > 0 && time.Duration(c.Interval) > math.MaxInt64/time.Duration(f) {
+			p.errorf(tl.line("retries"), section+".retries", "factor %d × interval %s overflows", f, c.Interval)
+			break
+		}
+	}
+	if len(c.Command.Argv) > 0 {
+		c.Command.Env = slices.Clone(c.Command.Env)
+		c.Command.Argv = slices.Clone(c.Command.Argv)
+		// A program given with a path is relative to the config file, so
+		// a checkout runs from anywhere; a bare name is looked up in PATH.
+		if prog := c.Command.Argv[0]; strings.ContainsRune(prog, '/') {
+			c.Command.Argv[0] = p.resolve(prog)
+		}
+	}
+	if section == "clause" {
+		if c.Select == "" && !l.selectWritten {
+			p.errorf(tl.header, "clause.select", "required: which channel/host this clause serves, e.g. \"smtp/*\"")
+		}
+		if c.Command.IsZero() && !l.commandWritten {
+			what := "this clause"
+			if c.Select != "" {
+				what = strconv.Quote(c.Select)
+			}
+			p.errorf(tl.line("command"), "clause.command", "required: %s has no command, and [defaults] gives none", what)
+		}
+	}
+	return c
+}
+
+func mulSat(d time.Duration, n int64) time.Duration {
+	if d > math.MaxInt64/time.Duration(n) {
+		return math.MaxInt64
+	}
+	return d * time.Duration(n)
+}
+
+// --- value setters: each checks the TOML type and the range ---
+
+func setInt(dst *int, v any, lo, hi int) error {
+	n, ok := v.(int64)
+	if !ok {
+		return fmt.Errorf("want an integer, not %s", tomlType(v))
+	}
+	if n < int64(lo) || n > int64(hi) {
+		switch {
+		case hi == math.MaxInt:
+			return fmt.Errorf("must be >= %d (got %d)", lo, n)
+		default:
+			return fmt.Errorf("must be in %d..%d (got %d)", lo, hi, n)
+		}
+	}
+	*dst = int(n)
+	return nil
+}
+
+func setBool(dst *bool, v any) error {
+	b, ok := v.(bool)
+	if !ok {
+		return fmt.Errorf("want true or false, not %s", tomlType(v))
+	}
+	*dst = b
+	return nil
+}
+
+func setString(dst *string, v any) error {
+	s, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("want a string, not %s", tomlType(v))
+	}
+	*dst = s
+	return nil
+}
+
+func setPath(dst *string, v any) error {
+	var s string
+	if err := setString(&s, v); err != nil {
+		return err
+	}
+	if s == "" {
+		return errors.New("must not be empty")
+	}
+	if strings.ContainsRune(s, 0) {
+		return errors.New("contains NUL")
+	}
+	*dst = s
+	return nil
+}
+
+// setID accepts a user or group as a name or a numeric id.
+func setID(dst *string, v any) error {
+	switch t := v.(type) {
+	case string:
+		*dst = t
+	case int64:
+		if t < 0 || t > math.MaxUint32-1 {
+			return fmt.Errorf("id %d out of range", t)
+		}
+		*dst = strconv.FormatInt(t, 10)
+	default:
+		return fmt.Errorf("want a name or a numeric id, not %s", tomlType(v))
+	}
+	return nil
+}
+
+func setWord(dst *string, v any, words ...string) error {
+	var s string
+	if err := setString(&s, v); err != nil {
+		return err
+	}
+	if !slices.Contains(words, strings.ToLower(s)) {
+		return fmt.Errorf("%q: want one of %s", s, strings.Join(words, ", "))
+	}
+	*dst = strings.ToLower(s)
+	return nil
+}
+
+// setText decodes a string through T's UnmarshalText.
+func setText[T any, PT interface {
+	*T
+	UnmarshalText([]byte) error
+}](dst *T, v any) error {
+	s, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("want a string, not %s", tomlType(v))
+	}
+	var t T
+	if err := PT(&t).UnmarshalText([]byte(s)); err != nil {
+		return err
+	}
+	*dst = t
+	return nil
+}
+
+// setDuration accepts a duration string or an integer of seconds.
+func setDuration(dst *Duration, v any, positive bool) error {
+	var d Duration
+	switch t := v.(type) {
+	case string:
+		var err error
+		if d, err = ParseDuration(t); err != nil {
+			return err
+		}
+	case int64:
+		if t < 0 || t > math.MaxInt64/int64(time.Second) {
+			return fmt.Errorf("%d seconds: out of range", t)
+		}
+		d = Duration(time.Duration(t) * time.Second)
+	default:
+		return fmt.Errorf("want a duration such as \"90s\", \"1h30m\" or \"5d\", not %s", tomlType(v))
+	}
+	if positive && d == 0 {
+		return errors.New("must be greater than 0")
+	}
+	*dst = d
+	return nil
+}
+
+func setFeedback(dst *Feedback, v any) error {
+	switch t := v.(type) {
+	case string:
+		return setText(dst, v)
+	case int64:
+		return setFeedback(dst, float64(t))
+	case float64:
+		f := Feedback{Kind: FeedbackFixed, Value: t}
+		if err := f.check(); err != nil {
+			return err
+		}
+		*dst = f
+		return nil
+	}
+	return fmt.Errorf("want \"1/concurrency\", \"1/sqrt_concurrency\" or a number in (0,1], not %s", tomlType(v))
+}
+
+const maxRetries = 100 // ZMailer's limit
+
+func setRetries(dst *[]int, v any) error {
+	var words []any
+	switch t := v.(type) {
+	case []any:
+		words = t
+	case int64:
+		words = []any{t} // retries = 0, ZMailer's "jackhammer"
+	case string:
+		// ZMailer's form: retries = "1 1 2 3 5".
+		for _, f := range strings.Fields(t) {
+			n, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return fmt.Errorf("%q is not an integer", f)
+			}
+			words = append(words, n)
+		}
+	default:
+		return fmt.Errorf("want an array of integers, not %s", tomlType(v))
+	}
+	if len(words) == 0 {
+		return errors.New("must list at least one factor (0 retries at once)")
+	}
+	if len(words) > maxRetries {
+		return fmt.Errorf("%d factors: at most %d", len(words), maxRetries)
+	}
+	out := make([]int, len(words))
+	for i, w := range words {
+		n, ok := w.(int64)
+		if !ok {
+			return fmt.Errorf("factor %d is %s, not an integer", i+1, tomlType(w))
+		}
+		if n < 0 || n > math.MaxInt32 {
+			return fmt.Errorf("factor %d: %d must be in 0..%d", i+1, n, math.MaxInt32)
+		}
+		out[i] = int(n)
+	}
+	*dst = out
+	return nil
+}
+
+func setSelect(dst *string, v any) error {
+	var s string
+	if err := setString(&s, v); err != nil {
+		return err
+	}
+	if err := checkSelect(s); err != nil {
+		return err
+	}
+	*dst = s
+	return nil
+}
+
+// checkSelect validates "channelglob/hostglob" or "channelglob".
+func checkSelect(s string) error {
+	if strings.Count(s, "/") > 1 {
+		return fmt.Errorf("%q: want channelglob/hostglob, with one '/' at most", s)
+	}
+	ch, host, hasHost := strings.Cut(s, "/")
+	if ch == "" {
+		return fmt.Errorf("%q: empty channel pattern", s)
+	}
+	if hasHost && host == "" {
+		return fmt.Errorf("%q: empty host pattern (leave out the '/' to mean any host)", s)
+	}
+	if err := CheckGlob(ch); err != nil {
+		return err
+	}
+	return CheckGlob(host)
+}
+
+// tomlType names the TOML type of a decoded value, with its article, for
+// messages such as "want a string, not an integer".
+func tomlType(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case []any, []map[string]any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	case time.Time:
+		return "a datetime"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+// zmailerOnly names ZMailer scheduler.conf keywords zsched does not take, with why.
+var zmailerOnly = map[string]string{
+	"priority":          "ZMailer's priority never worked (quirk Q11); use nice",
+	"syspriority":       "it renices the scheduler itself; run the scheduler under nice instead",
+	"sysnice":           "it renices the scheduler itself; run the scheduler under nice instead",
+	"wakeuprestartonly": "zsched never restarts a backing-off thread on arrival (quirk Q6)",
+	"bychannel":         "obsolete in ZMailer too",
+	"reporttimes":       "delay reports are not implemented",
+	"deliveryform":      "ZMailer never applied it (quirk Q12)",
+	"expiryform":        "ZMailer never applied it (quirk Q12)",
+	"byhost":            "obsolete in ZMailer too; a standalone $host in command binds a ring to a host",
+	"maxhost":           "obsolete in ZMailer too; use maxthr",
+}
+
+// hint suggests what an unknown key in section may have meant.
+func hint(section, key string) string {
+	if why, ok := zmailerOnly[strings.ToLower(key)]; ok {
+		return " (ZMailer's " + key + " is not supported: " + why + ")"
+	}
+	fold := func(s string) string { return strings.NewReplacer("_", "", "-", "").Replace(strings.ToLower(s)) }
+	want := fold(key)
+	type known struct {
+		section string
+		keys    []string
+	}
+	candidates := []known{{"clause", slices.Sorted(maps.Keys(clauseKeys))}, {"scheduler", slices.Sorted(maps.Keys(schedulerKeys))}}
+	for _, k := range candidates {
+		for _, name := range k.keys {
+			if fold(name) != want {
+				continue
+			}
+			inSection := k.section == section || k.section == "clause" && section == "defaults"
+			switch {
+			case inSection && name == "select" && section == "defaults":
+				return " (select belongs in a [[clause]])"
+			case inSection:
+				return fmt.Sprintf(" (did you mean %q?)", name)
+			case k.section == "clause":
+				return fmt.Sprintf(" (%s belongs in [defaults] or a [[clause]])", name)
+			default:
+				return fmt.Sprintf(" (%s belongs in [scheduler])", name)
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,113 @@
+package core
+
+import (
+	"time"
+
+	"zsched/report"
+	"zsched/vertex"
+)
+
+// Arrival is a control file read from the queue, reduced to what the core
+// schedules: its pending recipients grouped per (channel, host).
+type Arrival struct {
+	Inum    int64
+	Path    string // relative to postoffice/transport
+	ID      string // body file name
+	Arrival time.Time
+	Bounce  bool
+	Groups  []Group
+}
+
+// Group is the pending recipients of one (channel, host).
+type Group struct {
+	Channel string
+	Host    string
+	Rcpts   []vertex.Rcpt
+}
+
+// Spawn asks for a new agent running the command of Clause for Channel and
+// Host. Lines for it follow in Ready.Writes.
+type Spawn struct {
+	Agent   int
+	Clause  int
+	Channel string
+	Host    string
+}
+
+// Write sends one line (without its newline) to an agent.
+type Write struct {
+	Agent int
+	Line  string
+}
+
+// Stop ends an agent: gracefully (an empty line and half-close) or, with
+// Kill, by signal.
+type Stop struct {
+	Agent  int
+	Kill   bool
+	Reason string
+}
+
+// Diag asks for a d line appended to a control file for the recipient at
+// Offset: the scheduler writes it when the agent did not (ok with
+// NOTIFY=SUCCESS, error, expiry).
+type Diag struct {
+	Path   string
+	Inum   int64
+	Offset int64
+	Notary report.Notary
+	Text   string
+}
+
+// Outcome is one recipient's result of one attempt: the line operators grep.
+type Outcome struct {
+	Path     string
+	Inum     int64
+	Offset   int64
+	User     string
+	Channel  string
+	Host     string
+	Agent    int
+	Status   string // a status word, or "expired", "gone"
+	Delay    time.Duration
+	Attempts int
+	Next     time.Time // next retry, zero when final
+	Text     string
+}
+
+// Final reports whether the outcome ends the recipient.
+func (o Outcome) Final() bool { return o.Next.IsZero() }
+
+// Complete says a message has no pending recipient left: send its DSN if
+// Diags, then remove its files.
+type Complete struct {
+	Path   string
+	ID     string
+	Inum   int64
+	Diags  bool
+	Bounce bool
+}
+
+// Reread asks for the control file to be read again and the result given to
+// Reread (after an agent's #resync or death: stale locks get reset).
+type Reread struct {
+	Path string
+	Inum int64
+}
+
+// Ready is the batch of effects of the events since the last call.
+type Ready struct {
+	Spawns    []Spawn
+	Writes    []Write
+	Stops     []Stop
+	Diags     []Diag
+	Outcomes  []Outcome
+	Completes []Complete
+	Rereads   []Reread
+}
+
+// Empty reports whether there is nothing to do.
+func (r *Ready) Empty() bool {
+	return len(r.Spawns)+len(r.Writes)+len(r.Stops)+len(r.Diags)+
+		len(r.Outcomes)+len(r.Completes)+len(r.Rereads) == 0
+}

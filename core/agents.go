@@ -1,0 +1,395 @@
+package core
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"zsched/report"
+	"zsched/ring"
+	"zsched/thread"
+)
+
+// serve gives agents to the ring's wanting threads, best first, until none
+// wants or no agent can be had; at most limit agents when limit ≥ 0. It
+// returns how many threads got an agent.
+func (s *Scheduler) serve(r *ring.Ring, now time.Time, limit int) int {
+	n := 0
+	for limit < 0 || n < limit {
+		t := r.Best(nil)
+		if t == nil {
+			return n
+		}
+		a := s.obtain(r, t, now)
+		if a == nil {
+			return n
+		}
+		s.attach(a, t, now)
+		n++
+	}
+	return n
+}
+
+// obtain returns an agent for thread t of ring r: an idle one of the ring
+// (the same host first, for its open connection), else a new one within the
+// limits, else nil with r queued as blocked when a global limit binds.
+func (s *Scheduler) obtain(r *ring.Ring, t *thread.Thread, now time.Time) *agent {
+	if id, ok := r.Unpark(t.Host); ok {
+		a := s.agents[id]
+		a.state = working
+		return a
+	}
+	c := s.clause(t.Clause)
+	switch {
+	case r.Agents >= c.MaxRing:
+		// The ring's own agents will come to t when they finish their
+		// threads; nothing outside the ring can help.
+		t.LastText = ">MaxRing"
+		return nil
+	case s.total >= s.cfg.Scheduler.MaxTA:
+		t.LastText = ">MaxTA"
+		s.block(r)
+		s.reclaimIdle(r)
+		return nil
+	case s.perChannel[t.Channel] >= c.MaxChannel:
+		t.LastText = ">MaxChannel"
+		s.block(r)
+		s.reclaimIdleChannel(r, t.Channel)
+		return nil
+	case !s.forkAllowed(now):
+		t.LastText = "ForkRateLimit"
+		s.block(r)
+		return nil
+	}
+	s.nextAgent++
+	a := &agent{
+		id:      s.nextAgent,
+		clause:  t.Clause,
+		channel: t.Channel,
+		ring:    r,
+		state:   starting,
+		heard:   now,
+		fifo:    []entry{{kind: entryStart}},
+	}
+	s.agents[a.id] = a
+	s.total++
+	s.perChannel[a.channel]++
+	r.Agents++
+	s.stats.Spawned++
+	s.ready.Spawns = append(s.ready.Spawns, Spawn{Agent: a.id, Clause: t.Clause, Channel: t.Channel, Host: r.Host})
+	return a
+}
+
+func (s *Scheduler) forkAllowed(now time.Time) bool {
+	rate := s.cfg.Scheduler.ForkRate
+	if rate <= 0 {
+		return true
+	}
+	if sec := now.Unix(); sec != s.forkSecond {
+		s.forkSecond, s.forks = sec, 0
+	}
+	if s.forks >= rate {
+		return false
+	}
+	s.forks++
+	return true
+}
+
+func (s *Scheduler) block(r *ring.Ring) {
+	if !r.Blocked {
+		r.Blocked = true
+		s.blocked = append(s.blocked, r)
+	}
+}
+
+// reclaimIdle ends the longest-idle agent of another ring so that a ring
+// blocked by maxta gets the slot when it exits (ZMailer never does; Q7).
+func (s *Scheduler) reclaimIdle(for_ *ring.Ring) {
+	s.reclaim(func(a *agent) bool { return a.ring != for_ })
+}
+
+func (s *Scheduler) reclaimIdleChannel(for_ *ring.Ring, channel string) {
+	s.reclaim(func(a *agent) bool { return a.ring != for_ && a.channel == channel })
+}
+
+func (s *Scheduler) reclaim(ok func(*agent) bool) {
+	var oldest *agent
+	var since time.Time
+	for _, r := range s.rings {
+		for _, in := range r.Idle {
+			a := s.agents[in.Agent]
+			if ok(a) && (oldest == nil || in.Since.Before(since)) {
+				oldest, since = a, in.Since
+			}
+		}
+	}
+	if oldest != nil {
+		oldest.ring.Forget(oldest.id)
+		s.end(oldest, "idle agent reclaimed for a blocked ring")
+	}
+}
+
+// unblock serves blocked rings round-robin, one agent per ring per turn,
+// after a slot freed.
+func (s *Scheduler) unblock(now time.Time) {
+	for n := len(s.blocked); n > 0 && len(s.blocked) > 0; n-- {
+		r := s.blocked[0]
+		s.blocked = s.blocked[1:]
+		r.Blocked = false
+		got := s.serve(r, now, 1)
+		if r.Wanting() > 0 && !r.Blocked {
+			// Served (or not blocked any more): back of the queue for the
+			// next free slot.
+			if got > 0 {
+				s.block(r)
+			}
+		}
+		if got == 0 {
+			return
+		}
+	}
+}
+
+// attach puts agent a on thread t and feeds it.
+func (s *Scheduler) attach(a *agent, t *thread.Thread, now time.Time) {
+	a.thread = t
+	a.host = t.Host
+	t.Busy++
+	s.feed(a, now)
+}
+
+// detach takes a off its thread.
+func (s *Scheduler) detach(a *agent, now time.Time) {
+	t := a.thread
+	if t == nil {
+		return
+	}
+	a.thread = nil
+	t.Busy--
+	s.touch(t, now)
+}
+
+// feed writes job lines to a until overfeed+1 are outstanding or its thread
+// has nothing due, the best vertex of the thread first.
+func (s *Scheduler) feed(a *agent, now time.Time) {
+	t := a.thread
+	limit := s.clause(a.clause).Overfeed + 1
+	for a.jobs < limit && t.Startable(now) {
+		v := t.Ready.Pop()
+		s.orderFed(a.ring, v, now)
+		v.Agent = a.id
+		v.Attempts++
+		a.fifo = append(a.fifo, entry{kind: entryJob, v: v, msg: v.Msg, fed: now})
+		a.jobs++
+		line := v.Msg.Path
+		if !a.ring.HostBound {
+			line += "\t" + v.Host
+		}
+		s.ready.Writes = append(s.ready.Writes, Write{Agent: a.id, Line: line})
+	}
+	s.ring(t).Update(t, now)
+	s.timers.set(t, t.NextWake(now))
+}
+
+// next finds more work for an agent with nothing outstanding: the best
+// thread of its ring, else #idle.
+func (s *Scheduler) next(a *agent, now time.Time) {
+	if a.thread != nil {
+		s.feed(a, now)
+		if a.jobs > 0 {
+			return
+		}
+		s.detach(a, now)
+	}
+	if a.state == ending {
+		return
+	}
+	if t := a.ring.Best(nil); t != nil && !s.clause(t.Clause).QueueOnly {
+		s.attach(a, t, now)
+		if a.jobs > 0 {
+			return
+		}
+		s.detach(a, now)
+	}
+	a.fifo = append(a.fifo, entry{kind: entryIdle})
+	a.state = idling
+	s.ready.Writes = append(s.ready.Writes, Write{Agent: a.id, Line: "#idle"})
+}
+
+// AgentLine handles one line from an agent.
+func (s *Scheduler) AgentLine(now time.Time, id int, line string) {
+	a, ok := s.agents[id]
+	if !ok {
+		return
+	}
+	a.heard = now
+	switch {
+	case line == "#hungry":
+		s.hungry(a, now)
+	case strings.HasPrefix(line, "#resync "):
+		s.resync(a, strings.TrimSpace(line[len("#resync "):]), now)
+	case strings.HasPrefix(line, "#") || line == "":
+		s.log.Debug("agent says", "agent", id, "line", line)
+	default:
+		l, err := report.Parse(line)
+		if err != nil {
+			s.garbage(a, now, err.Error(), line)
+			return
+		}
+		s.report(a, l, now)
+	}
+}
+
+func (s *Scheduler) garbage(a *agent, now time.Time, why, line string) {
+	a.garbage++
+	s.stats.Garbage++
+	if len(line) > 200 {
+		line = line[:200] + "…"
+	}
+	s.log.Warn("misformed line from agent", "agent", a.id, "error", why, "line", line)
+	if a.garbage > maxGarbage {
+		s.kill(a, "too many misformed lines", now)
+	}
+}
+
+// AgentTooLong handles an agent line over the protocol's limit: the agent
+// is killed and its work rescheduled.
+func (s *Scheduler) AgentTooLong(now time.Time, id int) {
+	if a, ok := s.agents[id]; ok {
+		s.stats.Garbage++
+		s.kill(a, "line over "+strconv.Itoa(report.MaxLine)+" bytes", now)
+	}
+}
+
+func (s *Scheduler) hungry(a *agent, now time.Time) {
+	if len(a.fifo) == 0 {
+		s.garbage(a, now, "#hungry with no line outstanding", "#hungry")
+		return
+	}
+	e := a.fifo[0]
+	a.fifo[0] = entry{}
+	a.fifo = a.fifo[1:]
+	switch e.kind {
+	case entryStart:
+		if a.state == starting {
+			a.state = working
+		}
+	case entryJob:
+		a.jobs--
+		s.finish(a, e, now, "")
+	case entryIdle:
+		if a.state == idling {
+			a.state = idle
+		}
+	}
+	if a.state == ending {
+		return
+	}
+	if a.state == idle {
+		if len(a.fifo) == 0 {
+			s.park(a, now)
+		}
+		return
+	}
+	if a.jobs == 0 && len(a.fifo) == 0 {
+		s.next(a, now)
+	} else if a.thread != nil {
+		s.feed(a, now)
+	}
+}
+
+// park puts an idle agent in its ring's pool, unless a ring blocked by a
+// global limit can use the slot better.
+func (s *Scheduler) park(a *agent, now time.Time) {
+	for _, r := range s.blocked {
+		if r != a.ring && (s.total >= s.cfg.Scheduler.MaxTA ||
+			(r.Channel == a.channel && s.perChannel[a.channel] >= s.clause(r.Clause).MaxChannel)) {
+			s.end(a, "idle agent yields its slot to a blocked ring")
+			return
+		}
+	}
+	a.ring.Park(a.id, a.host, now)
+	// Work may have come for the ring while the agent was going idle.
+	s.serve(a.ring, now, -1)
+}
+
+// AgentExited handles the end of an agent's process. Jobs it had not
+// finished get a synthetic deferral and their files are re-read so the
+// locks it left are reset.
+func (s *Scheduler) AgentExited(now time.Time, id int, why string) {
+	a, ok := s.agents[id]
+	if !ok {
+		return
+	}
+	delete(s.agents, id)
+	s.total--
+	s.perChannel[a.channel]--
+	a.ring.Agents--
+	a.ring.Forget(id)
+	s.stats.AgentsEnded++
+	if why == "" {
+		why = "agent exited"
+	}
+	busy := a.jobs > 0
+	state := a.state
+	a.state = ending
+	for _, e := range a.fifo {
+		if e.kind != entryJob {
+			continue
+		}
+		m := e.msg
+		s.finish(a, e, now, why+" with the job outstanding")
+		if s.msgs[m.Inum] == m {
+			s.ready.Rereads = append(s.ready.Rereads, Reread{Path: m.Path, Inum: m.Inum})
+		}
+	}
+	a.fifo = nil
+	a.jobs = 0
+	if busy || state == starting {
+		s.log.Warn("agent exited with work outstanding", "agent", id, "reason", why)
+	}
+	s.detach(a, now)
+	if a.ring.Empty() {
+		s.dropRing(a.ring)
+	}
+	s.unblock(now)
+	// A thread left wanting by the exit gets a new agent in its ring.
+	if r, ok := s.rings[a.ring.Key]; ok && r.Wanting() > 0 {
+		s.serve(r, now, -1)
+	}
+}
+
+func (s *Scheduler) end(a *agent, reason string) {
+	if a.state == ending {
+		return
+	}
+	a.state = ending
+	s.ready.Stops = append(s.ready.Stops, Stop{Agent: a.id, Reason: reason})
+}
+
+func (s *Scheduler) kill(a *agent, reason string, now time.Time) {
+	if a.killed {
+		return
+	}
+	a.killed = true
+	s.stats.Killed++
+	a.state = ending
+	s.ready.Stops = append(s.ready.Stops, Stop{Agent: a.id, Kill: true, Reason: reason})
+	s.log.Warn("killing agent", "agent", a.id, "reason", reason)
+	if a.thread != nil {
+		s.detach(a, now)
+	}
+}
+
+func (s *Scheduler) sweepAgents(now time.Time) {
+	for _, a := range s.agents {
+		c := s.clause(a.clause)
+		switch {
+		case a.jobs > 0 && c.JobTimeout > 0 && now.Sub(a.heard) >= c.JobTimeout.D():
+			s.kill(a, "job timeout: silent for "+now.Sub(a.heard).String(), now)
+		case a.state == idle && c.IdleMax >= 0 && now.Sub(a.heard) >= c.IdleMax.D():
+			a.ring.Forget(a.id)
+			s.end(a, "idlemax")
+		}
+	}
+}

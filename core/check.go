@@ -1,0 +1,96 @@
+package core
+
+import (
+	"fmt"
+	"time"
+
+	"zsched/vertex"
+)
+
+// Check verifies the core's invariants at now and returns the first broken
+// one. Every pending recipient must be watched by something: a ready or
+// waiting heap of its thread, an agent that holds its vertex, or the list of
+// vertices no clause routes. Every thread with a future time of interest is
+// on the timer heap, every thread that wants an agent is in its ring's
+// heap, and the agent counts add up. Tests call it after every event.
+func (s *Scheduler) Check(now time.Time) error {
+	held := make(map[*vertex.Vertex]int)
+	perChannel := make(map[string]int)
+	for id, a := range s.agents {
+		perChannel[a.channel]++
+		jobs := 0
+		for _, e := range a.fifo {
+			if e.kind == entryJob {
+				jobs++
+				if s.msgs[e.msg.Inum] == e.msg {
+					held[e.v] = id
+				}
+			}
+		}
+		if jobs != a.jobs {
+			return fmt.Errorf("agent %d counts %d jobs, holds %d", id, a.jobs, jobs)
+		}
+	}
+	if len(s.agents) != s.total {
+		return fmt.Errorf("%d agents, total says %d", len(s.agents), s.total)
+	}
+	for ch, n := range perChannel {
+		if s.perChannel[ch] != n {
+			return fmt.Errorf("channel %s: %d agents, counter says %d", ch, n, s.perChannel[ch])
+		}
+	}
+	unmatched := make(map[*vertex.Vertex]bool)
+	for _, v := range s.unmatched {
+		unmatched[v] = true
+	}
+	for inum, m := range s.msgs {
+		n := 0
+		for _, v := range m.Vertices {
+			n += len(v.Rcpts)
+			if len(v.Rcpts) == 0 && v.Agent == 0 {
+				return fmt.Errorf("msg %d: empty vertex %s/%s left in core", inum, v.Channel, v.Host)
+			}
+			if unmatched[v] {
+				continue
+			}
+			if id, ok := held[v]; ok {
+				if v.Agent != id {
+					return fmt.Errorf("msg %d: vertex %s/%s held by agent %d but says %d", inum, v.Channel, v.Host, id, v.Agent)
+				}
+				continue
+			}
+			t := s.threadOf(v)
+			if t == nil {
+				return fmt.Errorf("msg %d: vertex %s/%s has no thread", inum, v.Channel, v.Host)
+			}
+			switch {
+			case v.In(&t.Ready):
+			case v.In(&t.Waiting):
+				if t.WakeIndex < 0 {
+					return fmt.Errorf("thread %s/%s has waiting vertices but no timer", t.Channel, t.Host)
+				}
+			default:
+				return fmt.Errorf("msg %d: vertex %s/%s is watched by nothing", inum, v.Channel, v.Host)
+			}
+		}
+		if n != m.Pending {
+			return fmt.Errorf("msg %d: %d recipients in vertices, pending says %d", inum, n, m.Pending)
+		}
+	}
+	for k, t := range s.threads {
+		if t.Ready.Len() > 0 && t.BackingOff(now) && t.WakeIndex < 0 {
+			return fmt.Errorf("thread %s/%s backs off with ready work but no timer", k.Channel, k.Host)
+		}
+		r := s.rings[s.ringKey(t)]
+		if r == nil {
+			return fmt.Errorf("thread %s/%s has no ring", k.Channel, k.Host)
+		}
+		if t.Wants(now) != (t.RingIndex >= 0) {
+			return fmt.Errorf("thread %s/%s wants=%v but ring index %d", k.Channel, k.Host, t.Wants(now), t.RingIndex)
+		}
+		if t.Wants(now) && r.Idle != nil && len(r.Idle) > 0 && !r.HostBound {
+			return fmt.Errorf("thread %s/%s wants an agent while its ring has %d idle", k.Channel, k.Host, len(r.Idle))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,25 @@
+// Package core owns the scheduler's decisions: which thread runs when, on
+// which transport agent, what each agent is fed next, what a report means
+// for a recipient, a vertex and its destination, retry and expiry. It is a
+// state machine in the manner of etcd's raft: it reads no clock, performs
+// no I/O and holds no lock. Time arrives as an argument and randomness as
+// an injected *rand.Rand; effects leave as data.
+//
+// The caller's contract, step by step:
+//
+//  1. New(cfg, logger, rng) builds an empty scheduler.
+//  2. Feed it events as they happen, each with the current time: Arrive for
+//     a control file read from the queue; AgentLine for each line an agent
+//     writes; AgentTooLong when an agent's line overflows; AgentExited once an
+//     agent's process has exited and all its output was delivered; Reread
+//     with the result of re-reading a control file the core asked for; Tick
+//     when the time from NextWakeup has come.
+//  3. After each event call Ready and carry out its actions in the order of
+//     its fields: spawn agents, write lines, stop agents, append d lines, log
+//     outcomes, complete messages, re-read files (feeding each result back
+//     through Reread before the next event).
+//  4. Sleep until NextWakeup or the next event, whichever is first.
+//
+// Agents are named by ids the core chooses (Spawn.Agent); the caller maps
+// them to processes.
+package core

@@ -1,0 +1,288 @@
+package core
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"zsched/report"
+	"zsched/thread"
+	"zsched/vertex"
+)
+
+// report applies one recipient report.
+func (s *Scheduler) report(a *agent, l report.Line, now time.Time) {
+	m, ok := s.msgs[l.Inum]
+	var e *entry
+	var v *vertex.Vertex
+	var i int
+	if ok {
+		for k := range a.fifo {
+			x := &a.fifo[k]
+			if x.kind != entryJob || x.msg != m {
+				continue
+			}
+			if j, found := x.v.Find(l.Offset); found {
+				e, v, i = x, x.v, j
+				break
+			}
+		}
+	}
+	if v == nil {
+		why := "unknown message"
+		if ok {
+			why = "recipient not fed to this agent (or already reported)"
+		}
+		s.garbage(a, now, why, l.String())
+		return
+	}
+	rc := v.Rcpts[i]
+	if !l.Notary.IsZero() {
+		v.LastNotary = l.Notary
+	}
+	v.LastText = l.Text
+	switch l.Status.Class() {
+	case report.Delivered:
+		v.Drop(i)
+		s.stats.Delivered++
+		if l.Status == report.OK2 {
+			m.Diags = true
+		} else if l.Status == report.OK && rc.Notify&notifySuccess != 0 {
+			s.diag(m, rc, l.Notary, l.Text)
+		}
+		s.outcome(a, v, rc, l.Status.String(), l.Text, now, time.Time{})
+	case report.Permanent:
+		v.Drop(i)
+		s.stats.Failed++
+		if l.Status == report.Error2 {
+			m.Diags = true
+		} else {
+			s.diag(m, rc, l.Notary, l.Text)
+		}
+		s.outcome(a, v, rc, l.Status.String(), l.Text, now, time.Time{})
+	case report.Transient:
+		e.deferred = append(e.deferred, deferral{offset: rc.Offset, status: l.Status, text: l.Text})
+	case report.SiteFailed:
+		e.deferred = append(e.deferred, deferral{offset: rc.Offset, status: l.Status, text: l.Text})
+		v.SiteFailed = true
+		s.siteFailure(s.threads[thread.Key{Clause: v.Clause, Channel: v.Channel, Host: v.Host}], l, now)
+	}
+}
+
+// ctlfile.NotifySuccess and NotifyNever, without importing the edge package.
+const (
+	notifyNever   = 1
+	notifySuccess = 2
+)
+
+func (s *Scheduler) diag(m *vertex.Message, rc vertex.Rcpt, n report.Notary, text string) {
+	m.Diags = true
+	s.ready.Diags = append(s.ready.Diags, Diag{Path: m.Path, Inum: m.Inum, Offset: rc.Offset, Notary: n, Text: text})
+}
+
+// finish ends one job: the attempt of its vertex is judged, the recipients
+// it left pending are rescheduled, feedback is applied to the destination.
+// why, when set, is the text for recipients the agent never reported.
+func (s *Scheduler) finish(a *agent, e entry, now time.Time, why string) {
+	v := e.v
+	v.Agent = 0
+	if s.msgs[e.msg.Inum] != e.msg {
+		// The message was dropped from core while the job ran.
+		return
+	}
+	t := s.threads[thread.Key{Clause: v.Clause, Channel: v.Channel, Host: v.Host}]
+	if why == "" && !v.Resynced {
+		why = "the agent did not report this recipient"
+	}
+	resynced := v.Resynced
+	v.Resynced = false
+	siteFailed := v.SiteFailed
+	v.SiteFailed = false
+
+	if t != nil {
+		t.Attempts++
+		s.feedback(t, siteFailed, now)
+	}
+
+	if len(v.Rcpts) > 0 {
+		// Recipients still pending: reported as deferred, or not at all.
+		var next time.Time
+		c := s.clause(v.Clause)
+		switch {
+		case resynced && !siteFailed && len(e.deferred) == 0 && v.Msg.Resyncs <= 3:
+			next = now // the file was re-read; try again at once
+		case siteFailed && t != nil:
+			next = t.BackoffUntil
+		default:
+			next = s.schedule(c).Next(now, &v.Retry, s.rng)
+		}
+		expire := !v.Expires.IsZero() && !now.Before(v.Expires)
+		for _, r := range v.Rcpts {
+			st, text, reported := "deferred", why, false
+			for _, d := range e.deferred {
+				if d.offset == r.Offset {
+					st, text, reported = d.status.String(), d.text, true
+				}
+			}
+			if !reported && why == "" {
+				continue // a resynced job's recipient: no attempt was made
+			}
+			s.stats.Deferred++
+			if expire {
+				s.outcome(a, v, r, st, text, now, time.Time{})
+			} else {
+				s.outcome(a, v, r, st, text, now, next)
+			}
+		}
+		if expire {
+			s.expire(v, now)
+		} else {
+			if next.After(now) {
+				v.NotBefore = next
+			} else {
+				v.NotBefore = time.Time{}
+			}
+			if t != nil {
+				t.Add(v, now)
+			}
+		}
+	}
+	if len(v.Rcpts) == 0 {
+		s.dropVertex(v, t)
+	}
+	if t != nil {
+		s.touch(t, now)
+	}
+}
+
+func (s *Scheduler) dropVertex(v *vertex.Vertex, t *thread.Thread) {
+	s.orderDone(v)
+	v.Dequeue()
+	v.Unlink()
+	if t != nil {
+		t.Vertices--
+	}
+	if v.Msg.Pending == 0 && len(v.Msg.Vertices) == 0 {
+		s.complete(v.Msg)
+	}
+}
+
+func (s *Scheduler) complete(m *vertex.Message) {
+	delete(s.msgs, m.Inum)
+	s.ready.Completes = append(s.ready.Completes, Complete{Path: m.Path, ID: m.ID, Inum: m.Inum, Diags: m.Diags, Bounce: m.Bounce})
+}
+
+func (s *Scheduler) outcome(a *agent, v *vertex.Vertex, r vertex.Rcpt, status, text string, now, next time.Time) {
+	s.ready.Outcomes = append(s.ready.Outcomes, Outcome{
+		Path: v.Msg.Path, Inum: v.Msg.Inum, Offset: r.Offset, User: r.User,
+		Channel: v.Channel, Host: v.Host, Agent: a.id, Status: status,
+		Delay: now.Sub(v.Msg.Arrival), Attempts: v.Attempts, Next: next, Text: text,
+	})
+}
+
+// resync handles "#resync path": the agent could not use the job. The file
+// is re-read (stale locks reset) and the job's recipients reconciled.
+func (s *Scheduler) resync(a *agent, path string, now time.Time) {
+	inum, ok := inumOf(path)
+	m := s.msgs[inum]
+	if !ok || m == nil || m.Path != path {
+		s.log.Debug("resync for a file not in core", "agent", a.id, "path", path)
+		return
+	}
+	for k := range a.fifo {
+		if a.fifo[k].kind == entryJob && a.fifo[k].msg == m {
+			a.fifo[k].v.Resynced = true
+		}
+	}
+	m.Resyncs++
+	if m.Resyncs > maxResyncs {
+		s.log.Warn("message resynced too often; dropped from core until the next scan", "msg", m.Path)
+		s.drop(m, now)
+		return
+	}
+	s.ready.Rereads = append(s.ready.Rereads, Reread{Path: m.Path, Inum: m.Inum})
+}
+
+// inumOf returns the leading decimal number of a control file's base name.
+func inumOf(path string) (int64, bool) {
+	base := path[strings.LastIndexByte(path, '/')+1:]
+	n := 0
+	for n < len(base) && base[n] >= '0' && base[n] <= '9' {
+		n++
+	}
+	v, err := strconv.ParseInt(base[:n], 10, 64)
+	return v, err == nil
+}
+
+// Reread reconciles a message with its control file read again: recipients
+// no longer pending in the file leave core without an outcome of ours. A nil
+// arrival (the file vanished, or a live lock) drops the message from core;
+// the caller's scan brings it back if it still exists.
+func (s *Scheduler) Reread(now time.Time, inum int64, a *Arrival) {
+	m := s.msgs[inum]
+	if m == nil {
+		return
+	}
+	if a == nil {
+		s.drop(m, now)
+		return
+	}
+	pending := make(map[int64]bool)
+	for _, g := range a.Groups {
+		for _, r := range g.Rcpts {
+			pending[r.Offset] = true
+		}
+	}
+	for _, v := range append([]*vertex.Vertex(nil), m.Vertices...) {
+		for i := len(v.Rcpts) - 1; i >= 0; i-- {
+			if !pending[v.Rcpts[i].Offset] {
+				r := v.Drop(i)
+				s.ready.Outcomes = append(s.ready.Outcomes, Outcome{
+					Path: m.Path, Inum: m.Inum, Offset: r.Offset, User: r.User,
+					Channel: v.Channel, Host: v.Host, Status: "gone",
+					Delay: now.Sub(m.Arrival), Attempts: v.Attempts,
+					Text: "no longer pending in the control file",
+				})
+			}
+		}
+		if len(v.Rcpts) == 0 && v.Agent == 0 {
+			t := s.threadOf(v)
+			s.dropVertex(v, t)
+			if t != nil {
+				s.touch(t, now)
+			}
+		}
+	}
+	if m.Pending == 0 && len(m.Vertices) == 0 && s.msgs[inum] == m {
+		s.complete(m)
+	}
+}
+
+// drop forgets a message without touching its files.
+func (s *Scheduler) drop(m *vertex.Message, now time.Time) {
+	delete(s.msgs, m.Inum)
+	for _, v := range m.Vertices {
+		t := s.threadOf(v)
+		if v.Clause < 0 {
+			s.removeUnmatched(v)
+		}
+		if v.Agent != 0 {
+			continue // finish sees the message is gone
+		}
+		v.Dequeue()
+		if t != nil {
+			t.Vertices--
+			s.touch(t, now)
+		}
+	}
+	m.Vertices = nil
+}
+
+func (s *Scheduler) removeUnmatched(v *vertex.Vertex) {
+	for i, x := range s.unmatched {
+		if x == v {
+			s.unmatched = append(s.unmatched[:i], s.unmatched[i+1:]...)
+			return
+		}
+	}
+}

@@ -1,0 +1,232 @@
+package ctlfile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// Handle is an agent's open control file. It locks, marks and appends d
+// lines exactly as ZMailer's libta does, so it can share a file with
+// unmodified ZMailer agents and scheduler. A Handle is not safe for
+// concurrent use.
+//
+// Lock and Mark write with pwrite and do not fsync. A process crash loses
+// nothing (the page cache survives it); a machine crash may lose marks made
+// since the last Sync, and a lost '+' means that recipient is delivered
+// again: the duplicate window is the marks since the last Sync. Callers
+// choose how to group syncs.
+type Handle struct {
+	File *File
+
+	path string
+	f    *os.File // read-write: pread/pwrite of status bytes
+	app  *os.File // O_APPEND, opened on the first AppendDiag
+}
+
+// Open opens the control file at path read-write, reads and parses it.
+// Errors: ErrNotFound (also matching fs.ErrNotExist), ErrUnknownFormat when
+// the '@' flags are unknown, and the rest of Parse's.
+func Open(path string) (*Handle, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %w", ErrNotFound, err)
+		}
+		return nil, fmt.Errorf("ctlfile: %w", err)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("ctlfile: read %s: %w", path, err)
+	}
+	cf, err := Parse(filepath.Base(path), data)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w (file %s)", err, path)
+	}
+	return &Handle{File: cf, path: path, f: f}, nil
+}
+
+// Path is the path the Handle was opened with.
+func (h *Handle) Path() string { return h.path }
+
+// BodyPath is the message body belonging to this control file
+// (see QueuePath).
+func (h *Handle) BodyPath() string { return QueuePath(h.path, h.File.ID) }
+
+func (h *Handle) rcpt(i int) (*Rcpt, error) {
+	if h.f == nil {
+		return nil, fmt.Errorf("ctlfile: %s: handle closed", h.path)
+	}
+	if i < 0 || i >= len(h.File.Rcpts) {
+		return nil, fmt.Errorf("ctlfile: %s: no recipient %d", h.path, i)
+	}
+	return &h.File.Rcpts[i], nil
+}
+
+// Lock locks recipient i for process pid: it re-reads the status byte at
+// Offset+1 with pread and, if it is Pending, writes '~' and the PID
+// right-aligned in the 6 PID columns. It returns false, and refreshes the
+// in-memory status, if the line is no longer pending (someone else took or
+// finished it since Open).
+//
+// As in ZMailer the read-compare-write is not atomic against another agent
+// doing the same; the scheduler never feeds one recipient to two agents.
+func (h *Handle) Lock(i int, pid int) (bool, error) {
+	r, err := h.rcpt(i)
+	if err != nil {
+		return false, err
+	}
+	if pid <= 0 {
+		return false, fmt.Errorf("ctlfile: %s: lock with pid %d", h.path, pid)
+	}
+	lock := lockBytes(h.File.Format, pid)
+	if h.File.Format&FlagPID != 0 && len(lock) > 1+pidCols &&
+		(h.File.Format&FlagDelay == 0 || len(lock) > 1+pidCols+delayCols) {
+		return false, fmt.Errorf("ctlfile: %s: pid %d does not fit the PID field", h.path, pid)
+	}
+	var cur [1]byte
+	if _, err := h.f.ReadAt(cur[:], r.Offset+1); err != nil {
+		return false, fmt.Errorf("ctlfile: %s: lock offset %d: %w", h.path, r.Offset, err)
+	}
+	if Status(cur[0]) != Pending {
+		if st := Status(cur[0]); st.valid() {
+			r.Status = st
+		}
+		return false, nil
+	}
+	if _, err := h.f.WriteAt(lock, r.Offset+1); err != nil {
+		return false, fmt.Errorf("ctlfile: %s: lock offset %d: %w", h.path, r.Offset, err)
+	}
+	r.Status, r.PID = Locked, pid
+	return true, nil
+}
+
+// Mark writes st (Pending, Done or Failed) as recipient i's status byte and
+// blanks the PID columns (when the file has FlagPID), in one pwrite.
+func (h *Handle) Mark(i int, st Status) error {
+	r, err := h.rcpt(i)
+	if err != nil {
+		return err
+	}
+	if st != Pending && st != Done && st != Failed {
+		return fmt.Errorf("ctlfile: %s: cannot mark %v", h.path, st)
+	}
+	if _, err := h.f.WriteAt(statusBytes(st, markWidth(h.File.Format, r.PID)), r.Offset+1); err != nil {
+		return fmt.Errorf("ctlfile: %s: mark offset %d: %w", h.path, r.Offset, err)
+	}
+	r.Status, r.PID = st, 0
+	return nil
+}
+
+// AppendDiag appends d as one line (FormatDiag) with a single write on an
+// O_APPEND descriptor, then fsyncs. It sets the line's offset and adds it to
+// File.Diags.
+func (h *Handle) AppendDiag(d Diag) error {
+	if h.f == nil {
+		return fmt.Errorf("ctlfile: %s: handle closed", h.path)
+	}
+	if h.app == nil {
+		app, err := os.OpenFile(h.path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return fmt.Errorf("ctlfile: append to %s: %w", h.path, err)
+		}
+		h.app = app
+	}
+	line := FormatDiag(d)
+	if _, err := writeOnce(h.app, line); err != nil {
+		return fmt.Errorf("ctlfile: append to %s: %w", h.path, err)
+	}
+	if err := h.app.Sync(); err != nil {
+		return fmt.Errorf("ctlfile: append to %s: %w", h.path, err)
+	}
+	// O_APPEND leaves the descriptor's offset just after this write, wherever
+	// other writers' lines went.
+	end, err := h.app.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return fmt.Errorf("ctlfile: append to %s: %w", h.path, err)
+	}
+	d.Offset = end - int64(len(line))
+	if d.Status == 0 {
+		d.Status = Pending
+	}
+	h.File.Diags = append(h.File.Diags, d)
+	return nil
+}
+
+// Sync flushes status marks to disk.
+func (h *Handle) Sync() error {
+	if h.f == nil {
+		return fmt.Errorf("ctlfile: %s: handle closed", h.path)
+	}
+	if err := h.f.Sync(); err != nil {
+		return fmt.Errorf("ctlfile: sync %s: %w", h.path, err)
+	}
+	return nil
+}
+
+// Close closes the file. It does not sync (see Sync). Closing twice is
+// harmless.
+func (h *Handle) Close() error {
+	var err error
+	if h.app != nil {
+		err = h.app.Close()
+		h.app = nil
+	}
+	if h.f != nil {
+		if cerr := h.f.Close(); err == nil {
+			err = cerr
+		}
+		h.f = nil
+	}
+	if err != nil {
+		return fmt.Errorf("ctlfile: close %s: %w", h.path, err)
+	}
+	return nil
+}
+
+// FormatDiag formats a d line as ZMailer's agents write it:
+//
+//	d<status><rcpt-offset>:<header-offset>:<N-offset>::<epoch>\t<notary>\t<text>\n
+//
+// e.g. "d 164:254:-1::1795337543\t…". A zero Status is written as Pending.
+// Newlines in the text become CR (as libta does: a CR marks a line break in
+// reports); tabs and newlines in the notary become blanks, since they would
+// break the line's fields.
+func FormatDiag(d Diag) []byte {
+	st := d.Status
+	if st == 0 {
+		st = Pending
+	}
+	b := make([]byte, 0, 48+len(d.Notary)+len(d.Text))
+	b = append(b, 'd', byte(st))
+	b = strconv.AppendInt(b, d.RcptOffset, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, d.HeaderOffset, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, d.NOffset, 10)
+	b = append(b, ':', ':')
+	b = strconv.AppendInt(b, d.Time, 10)
+	b = append(b, '\t')
+	for i := 0; i < len(d.Notary); i++ {
+		c := d.Notary[i]
+		if c == '\t' || c == '\n' {
+			c = ' '
+		}
+		b = append(b, c)
+	}
+	b = append(b, '\t')
+	for i := 0; i < len(d.Text); i++ {
+		c := d.Text[i]
+		if c == '\n' {
+			c = '\r'
+		}
+		b = append(b, c)
+	}
+	return append(b, '\n')
+}

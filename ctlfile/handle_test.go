@@ -1,0 +1,279 @@
+package ctlfile
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeFile(t *testing.T, dir, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func readFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// diffOffsets lists the offsets where a and b differ.
+func diffOffsets(a, b []byte) []int {
+	var d []int
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			d = append(d, i)
+		}
+	}
+	return d
+}
+
+// TestHandleReplaysA2 does with Lock, Mark and AppendDiag what ZMailer's
+// smtp agent did to 10002591 in A2 and must end with the document's bytes.
+func TestHandleReplaysA2(t *testing.T) {
+	o := observedFiles[1]
+	p := writeFile(t, t.TempDir(), o.name, o.beforeBytes())
+	h, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	const pid = 21148
+	for i := range h.File.Rcpts {
+		ok, err := h.Lock(i, pid)
+		if err != nil || !ok {
+			t.Fatalf("Lock(%d) = %v, %v", i, ok, err)
+		}
+	}
+	// O15: "r~  8072    smtp dest.test …" — '~', PID right-aligned in 6, delay blank.
+	locked := readFile(t, p)
+	for _, off := range o.rOffs {
+		if got := string(locked[off : off+17]); got != "r~ 21148    smtp " {
+			t.Errorf("locked line at %d reads %q", off, got)
+		}
+	}
+	if d := diffOffsets(o.beforeBytes(), locked); len(d) != 3*6 {
+		t.Errorf("locking changed %d bytes, want 3 × 6 (status + 5 PID digits/blank)", len(d))
+	}
+	for i, st := range []Status{Done, Failed, Pending} {
+		if err := h.Mark(i, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ri := 1
+	r := h.File.Rcpts[ri]
+	d := Diag{RcptOffset: r.Offset, HeaderOffset: r.HeaderOffset, NOffset: r.NOffset, Time: 1795337543}
+	line := o.dLines[0]
+	fields := strings.SplitN(strings.TrimSuffix(line, "\n"), "\t", 3)
+	d.Notary, d.Text = fields[1], fields[2]
+	if err := h.AppendDiag(d); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := readFile(t, p), o.afterBytes(); !bytes.Equal(got, want) {
+		t.Errorf("file after replay differs at %v\n got %q\nwant %q", diffOffsets(got, want), got, want)
+	}
+	if n := len(h.File.Diags); n != 1 || h.File.Diags[0].Offset != o.dOffs[0] {
+		t.Errorf("in-memory diags %+v, want one at %d", h.File.Diags, o.dOffs[0])
+	}
+	if err := h.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLockOnlyPending(t *testing.T) {
+	o := observedFiles[1]
+	p := writeFile(t, t.TempDir(), o.name, o.afterBytes()) // marks "+- "
+	h, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for i, want := range []bool{false, false, true} {
+		ok, err := h.Lock(i, 4242)
+		if err != nil || ok != want {
+			t.Errorf("Lock(%d) = %v, %v; want %v", i, ok, err, want)
+		}
+	}
+	// Another agent locks rcpt 2 behind our back: Lock re-reads the disk.
+	h2, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close()
+	if h2.File.Rcpts[2].Status != Locked || h2.File.Rcpts[2].PID != 4242 {
+		t.Fatalf("second open sees %+v", h2.File.Rcpts[2])
+	}
+	if err := h.Mark(2, Pending); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeAt(p, o.rOffs[2]+1, "~  9999"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := h.Lock(2, 4242); ok || err != nil {
+		t.Errorf("Lock of a line another process locked = %v, %v", ok, err)
+	}
+	if h.File.Rcpts[2].Status != Locked {
+		t.Errorf("in-memory status not refreshed: %v", h.File.Rcpts[2].Status)
+	}
+}
+
+func writeAt(p string, off int64, s string) error {
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.WriteAt([]byte(s), off)
+	return err
+}
+
+func TestLockWidePID(t *testing.T) {
+	dir := t.TempDir()
+	orig := observedFiles[0].beforeBytes()
+	p := writeFile(t, dir, "10002561", orig)
+	h, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if ok, err := h.Lock(0, 4194303); !ok || err != nil {
+		t.Fatalf("Lock = %v, %v", ok, err)
+	}
+	if got := string(readFile(t, p)[121:134]); got != "r~4194303   s" {
+		t.Errorf("wide lock reads %q", got)
+	}
+	h2, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid := h2.File.Rcpts[0].PID; pid != 4194303 {
+		t.Errorf("parsed PID %d", pid)
+	}
+	h2.Close()
+	if err := h.Mark(0, Pending); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, p); !bytes.Equal(got, orig) {
+		t.Errorf("Mark did not blank the wide PID: %q", got[121:140])
+	}
+
+	// Without the delay field a 7-digit PID does not fit.
+	noDelay := bytes.Replace(orig, []byte("@ 0x00000007"), []byte("@ 0x00000001"), 1)
+	noDelay = bytes.Replace(noDelay, []byte("r           smtp"), []byte("r       smtp"), 1)
+	p2 := writeFile(t, dir, "10002562", noDelay)
+	h3, err := Open(p2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h3.Close()
+	if ok, err := h3.Lock(0, 4194303); ok || err == nil {
+		t.Errorf("Lock of a 7-digit PID without a delay field = %v, %v", ok, err)
+	}
+	if ok, err := h3.Lock(0, 77); !ok || err != nil {
+		t.Errorf("Lock = %v, %v", ok, err)
+	}
+	if got := string(readFile(t, p2)[121:130]); got != "r~    77s" {
+		t.Errorf("lock reads %q", got)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Open(filepath.Join(dir, "123"))
+	if !errors.Is(err, ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Open(missing) = %v", err)
+	}
+	p := writeFile(t, dir, "124", bytes.Replace(observedFiles[0].beforeBytes(), []byte("0x00000007"), []byte("0x00000017"), 1))
+	if _, err := Open(p); !errors.Is(err, ErrUnknownFormat) {
+		t.Errorf("Open(unknown flags) = %v", err)
+	}
+	p = writeFile(t, dir, "125", observedFiles[0].beforeBytes())
+	h, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Lock(5, 1); err == nil {
+		t.Error("Lock of a recipient index out of range succeeded")
+	}
+	if err := h.Mark(0, Locked); err == nil {
+		t.Error("Mark(Locked) succeeded")
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := h.Lock(0, 1); err == nil {
+		t.Error("Lock after Close succeeded")
+	}
+}
+
+func TestFormatDiagSanitizes(t *testing.T) {
+	got := string(FormatDiag(Diag{RcptOffset: 1, HeaderOffset: 2, NOffset: -1, Time: 3, Notary: "a\tb\nc", Text: "x\ny\tz"}))
+	want := "d 1:2:-1::3\ta b c\tx\ry\tz\n"
+	if got != want {
+		t.Errorf("FormatDiag = %q, want %q", got, want)
+	}
+	f, err := Parse("1", []byte("@ 0x00000007\ni 1\nl <x>\n"+got))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := f.Diags[0]; d.Notary != "a b c" || d.Text != "x\ry\tz" {
+		t.Errorf("parsed back %+v", d)
+	}
+}
+
+func TestAppendDiagOffsetWithOtherWriters(t *testing.T) {
+	o := observedFiles[0]
+	p := writeFile(t, t.TempDir(), o.name, o.beforeBytes())
+	h, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	d := Diag{RcptOffset: 121, HeaderOffset: 166, NOffset: -1, Time: 1, Notary: "n", Text: "first"}
+	if err := h.AppendDiag(d); err != nil {
+		t.Fatal(err)
+	}
+	// Someone else (the scheduler) appends in between.
+	other, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Write(FormatDiag(Diag{RcptOffset: 121, Text: "other"})); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	d.Text = "second"
+	if err := h.AppendDiag(d); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Parse(o.name, readFile(t, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Diags) != 3 {
+		t.Fatalf("%d diags", len(f.Diags))
+	}
+	for i, di := range h.File.Diags {
+		want := f.Diags[2*i]
+		if di.Offset != want.Offset || di.Text != want.Text {
+			t.Errorf("handle's diag %d at %d %q, file has %d %q", i, di.Offset, di.Text, want.Offset, want.Text)
+		}
+	}
+}

@@ -1,0 +1,489 @@
+package ctlfile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// HashPath returns the spool path of a file relative to transport/ (or
+// queue/) for hash levels 0, 1 or 2 (zmailer-facts §3.6): "12345",
+// "A/12345" or "A/B/12345", the letters from inum in base 26. Levels outside
+// 0..2 are clamped.
+func HashPath(name string, inum int64, levels int) string {
+	n := uint64(inum)
+	switch {
+	case levels <= 0:
+		return name
+	case levels == 1:
+		return string([]byte{'A' + byte(n%26), '/'}) + name
+	default:
+		return string([]byte{'A' + byte(n/26%26), '/', 'A' + byte(n%26), '/'}) + name
+	}
+}
+
+// Spool is a postoffice: transport/ (control files), queue/ (bodies), bad/
+// (quarantine) and state/. Its methods keep no state and may be called from
+// any goroutine.
+type Spool struct {
+	Root string // the postoffice directory
+	Hash int    // hash levels (0, 1 or 2) for files Enqueue writes
+
+	// hook, when set by a test, is called at each step of Enqueue with the
+	// step's name, to check what a crash at that instant would leave.
+	hook func(step string)
+}
+
+// TransportDir is Root/transport, the control files.
+func (s *Spool) TransportDir() string { return filepath.Join(s.Root, "transport") }
+
+// QueueDir is Root/queue, the message bodies.
+func (s *Spool) QueueDir() string { return filepath.Join(s.Root, "queue") }
+
+// BadDir is Root/bad, quarantined control files.
+func (s *Spool) BadDir() string { return filepath.Join(s.Root, "bad") }
+
+// StateDir is Root/state, the scheduler's learned state.
+func (s *Spool) StateDir() string { return filepath.Join(s.Root, "state") }
+
+// Init creates transport/, queue/, bad/ and state/ (mode 0755) if missing.
+func (s *Spool) Init() error {
+	for _, d := range []string{s.TransportDir(), s.QueueDir(), s.BadDir(), s.StateDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("ctlfile: init: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkRel accepts "N", "A/N" and "A/B/N" where the letters are A–Z and the
+// name starts with a digit: the only shapes ZMailer puts in transport/.
+// Anything else (absolute, "..", deeper) could reach outside the spool.
+func checkRel(rel string) error {
+	parts := strings.Split(rel, "/")
+	if len(parts) > 3 {
+		return fmt.Errorf("%w: %q", ErrBadPath, rel)
+	}
+	for _, d := range parts[:len(parts)-1] {
+		if !hashLetter(d) {
+			return fmt.Errorf("%w: %q", ErrBadPath, rel)
+		}
+	}
+	name := parts[len(parts)-1]
+	if name == "" || !isDigit(name[0]) || strings.IndexByte(name, 0) >= 0 {
+		return fmt.Errorf("%w: %q", ErrBadPath, rel)
+	}
+	return nil
+}
+
+func hashLetter(d string) bool { return len(d) == 1 && 'A' <= d[0] && d[0] <= 'Z' }
+
+func checkID(id string) error {
+	if !validName([]byte(id)) {
+		return fmt.Errorf("%w: body name %q", ErrBadPath, id)
+	}
+	return nil
+}
+
+func (s *Spool) ctlPath(rel string) string {
+	return filepath.Join(s.TransportDir(), filepath.FromSlash(rel))
+}
+
+// bodyPath is queue/<hash dir of rel>/<id>: a body sits in the same hash
+// directory as its control file, as ZMailer's agents expect.
+func (s *Spool) bodyPath(rel, id string) string {
+	return filepath.Join(s.QueueDir(), filepath.FromSlash(path.Dir(rel)), id)
+}
+
+// QueuePath returns the body file of the control file at ctlPath: the
+// control file's hash directories (up to two single letters A–Z) are kept,
+// and transport/ is replaced by ../queue/ relative to them. For an agent
+// working in transport/, QueuePath("A/B/123", "123") is "../queue/A/B/123".
+func QueuePath(ctlPath, id string) string {
+	dir := filepath.Dir(ctlPath)
+	var hash []string
+	for len(hash) < 2 && hashLetter(filepath.Base(dir)) {
+		hash = append([]string{filepath.Base(dir)}, hash...)
+		dir = filepath.Dir(dir)
+	}
+	return filepath.Join(append([]string{dir, "..", "queue"}, append(hash, id)...)...)
+}
+
+// Read reads transport/rel, parses it, stats queue/<dir of rel>/<ID> for
+// Arrival, and resets stale locks ('~' whose PID is dead) in place,
+// updating the returned statuses. Errors, all naming rel: ErrBadPath,
+// ErrNotFound (control file gone), ErrBodyMissing, ErrLiveLock (a live
+// process holds a line: retry later), *SyntaxError, ErrUnknownFormat,
+// ErrNoID, ErrNoLogIdent. A T-only file (ETRN request) reads fine with Turn
+// set and no recipients.
+//
+// A lock without a PID (a file without FlagPID, or a blank PID field) is
+// treated as stale: otherwise nothing could ever release it.
+func (s *Spool) Read(rel string) (*File, error) {
+	if err := checkRel(rel); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(s.ctlPath(rel))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, rel)
+		}
+		return nil, fmt.Errorf("ctlfile: read %s: %w", rel, err)
+	}
+	f, err := Parse(path.Base(rel), data)
+	if err != nil {
+		return nil, fmt.Errorf("%w (file %s)", err, rel)
+	}
+	if f.ID != "" {
+		st, err := os.Stat(s.bodyPath(rel, f.ID))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("%w: queue/%s for %s", ErrBodyMissing, path.Join(path.Dir(rel), f.ID), rel)
+			}
+			return nil, fmt.Errorf("ctlfile: read %s: %w", rel, err)
+		}
+		f.Arrival = st.ModTime()
+	}
+	var stale []int
+	for i := range f.Rcpts {
+		r := &f.Rcpts[i]
+		if r.Status != Locked {
+			continue
+		}
+		if alive(r.PID) {
+			return nil, fmt.Errorf("%w: pid %d holds offset %d of %s", ErrLiveLock, r.PID, r.Offset, rel)
+		}
+		stale = append(stale, i)
+	}
+	if len(stale) > 0 {
+		if err := resetLocks(s.ctlPath(rel), f, stale); err != nil {
+			return nil, fmt.Errorf("ctlfile: reset stale locks in %s: %w", rel, err)
+		}
+	}
+	return f, nil
+}
+
+// alive reports whether a process with this PID exists. EPERM means it does
+// (another user's); ESRCH that it does not. A zombie counts as alive until
+// reaped, which only delays the reset.
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := unix.Kill(pid, 0)
+	return err == nil || !errors.Is(err, unix.ESRCH)
+}
+
+// resetLocks rewrites the stale locks of f's rcpts to Pending with a blank
+// PID. Each line is re-read first and left alone if it changed since the
+// parse. Agents only ever lock ' ' lines, so no agent races on a '~' line.
+// No fsync: a reset lost in a crash is simply found stale again.
+func resetLocks(path string, f *File, idx []int) error {
+	fd, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer fd.Close()
+	for _, i := range idx {
+		r := &f.Rcpts[i]
+		width := markWidth(f.Format, r.PID)
+		cur := make([]byte, 1+width)
+		if _, err := fd.ReadAt(cur, r.Offset+1); err != nil {
+			return err
+		}
+		want := lockBytes(f.Format, r.PID)
+		if string(cur[:len(want)]) != string(want) {
+			continue
+		}
+		if _, err := fd.WriteAt(statusBytes(Pending, 0), r.Offset+1); err != nil {
+			return err
+		}
+		r.Status, r.PID = Pending, 0
+	}
+	return fd.Close()
+}
+
+// markWidth is how many columns after the status byte hold the PID: 6 in a
+// FlagPID file, more if a wide PID ran into the delay field, else none.
+func markWidth(format uint32, pid int) int {
+	if format&FlagPID == 0 {
+		return 0
+	}
+	w := pidCols
+	if n := len(strconv.Itoa(pid)); pid > 0 && n > w {
+		w = n
+	}
+	return w
+}
+
+// statusBytes is the status byte followed by width blanks.
+func statusBytes(st Status, width int) []byte {
+	b := make([]byte, 1+width)
+	b[0] = byte(st)
+	for i := 1; i < len(b); i++ {
+		b[i] = ' '
+	}
+	return b
+}
+
+// lockBytes is '~' and, in a FlagPID file, the PID right-aligned in 6
+// columns (wider PIDs spill into the delay field, as a C "%6d" does).
+func lockBytes(format uint32, pid int) []byte {
+	if format&FlagPID == 0 {
+		return []byte{byte(Locked)}
+	}
+	s := strconv.Itoa(pid)
+	b := make([]byte, 0, 1+pidCols+len(s))
+	b = append(b, byte(Locked))
+	for i := len(s); i < pidCols; i++ {
+		b = append(b, ' ')
+	}
+	return append(b, s...)
+}
+
+// Quarantine moves transport/rel into bad/ — never deleting anything; a name
+// already taken in bad/ gets a ".1", ".2"… suffix — and writes
+// bad/<name>.why with the reason and the time. The body stays in queue/.
+func (s *Spool) Quarantine(rel string, why error) error {
+	if err := checkRel(rel); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.BadDir(), 0o755); err != nil {
+		return fmt.Errorf("ctlfile: quarantine %s: %w", rel, err)
+	}
+	src := s.ctlPath(rel)
+	base := path.Base(rel)
+	var dst string
+	for n := 0; ; n++ {
+		if n > 10000 {
+			return fmt.Errorf("ctlfile: quarantine %s: no free name in %s", rel, s.BadDir())
+		}
+		name := base
+		if n > 0 {
+			name = base + "." + strconv.Itoa(n)
+		}
+		dst = filepath.Join(s.BadDir(), name)
+		// link fails if dst exists, where rename would silently replace it.
+		err := os.Link(src, dst)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: %s", ErrNotFound, rel)
+		}
+		// No hard links here (some filesystems): check, then rename.
+		if _, lerr := os.Lstat(dst); lerr == nil {
+			continue
+		}
+		if err := os.Rename(src, dst); err != nil {
+			return fmt.Errorf("ctlfile: quarantine %s: %w", rel, err)
+		}
+		break
+	}
+	if err := os.Remove(src); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("ctlfile: quarantine %s: %w", rel, err)
+	}
+	reason := "unknown"
+	if why != nil {
+		reason = why.Error()
+	}
+	note := fmt.Sprintf("file: transport/%s\ntime: %s\nreason: %s\n",
+		rel, time.Now().UTC().Format(time.RFC3339), strings.ReplaceAll(reason, "\n", " "))
+	if err := os.WriteFile(dst+".why", []byte(note), 0o644); err != nil {
+		return fmt.Errorf("ctlfile: quarantine %s: %w", rel, err)
+	}
+	return syncDirs(s.BadDir(), filepath.Dir(src))
+}
+
+// Remove unlinks the control file, then the body (queue/<dir of rel>/<id>);
+// missing files are not errors. That order never leaves a control file
+// without its body.
+func (s *Spool) Remove(rel string, id string) error {
+	if err := checkRel(rel); err != nil {
+		return err
+	}
+	if err := os.Remove(s.ctlPath(rel)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("ctlfile: remove %s: %w", rel, err)
+	}
+	if id == "" {
+		return nil
+	}
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if err := os.Remove(s.bodyPath(rel, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("ctlfile: remove body of %s: %w", rel, err)
+	}
+	return nil
+}
+
+// Scan calls fn for every control file: regular files whose names start
+// with a digit, in transport/ and in its single-letter A–Z subdirectories
+// up to two levels. Dotfiles (temporary files) never start with a digit and
+// are skipped. rel is relative to transport/ ("12", "A/12", "A/B/12").
+// Subdirectories that vanish during the scan are ignored.
+func (s *Spool) Scan(fn func(rel string)) error {
+	return scanDir(s.TransportDir(), "", 0, fn)
+}
+
+func scanDir(dir, prefix string, depth int, fn func(rel string)) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		if depth > 0 && errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("ctlfile: scan: %w", err)
+	}
+	defer d.Close()
+	for {
+		// Batches keep memory flat on a huge flat spool.
+		ents, err := d.ReadDir(1024)
+		for _, e := range ents {
+			name := e.Name()
+			switch {
+			case name[0] >= '0' && name[0] <= '9':
+				if e.Type().IsRegular() {
+					fn(prefix + name)
+				}
+			case depth < 2 && hashLetter(name) && e.IsDir():
+				if err := scanDir(filepath.Join(dir, name), prefix+name+"/", depth+1, fn); err != nil {
+					return err
+				}
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("ctlfile: scan %s: %w", dir, err)
+		}
+	}
+}
+
+// MarkDiags rewrites the status byte of the d lines at offsets to Done
+// (the scheduler does this once it has put them into a DSN), then fsyncs:
+// a lost mark would mean a duplicate DSN.
+func (s *Spool) MarkDiags(rel string, offsets []int64) error {
+	if err := checkRel(rel); err != nil {
+		return err
+	}
+	fd, err := os.OpenFile(s.ctlPath(rel), os.O_RDWR, 0)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: %s", ErrNotFound, rel)
+		}
+		return fmt.Errorf("ctlfile: mark diagnostics in %s: %w", rel, err)
+	}
+	defer fd.Close()
+	var cur [2]byte
+	for _, off := range offsets {
+		if _, err := fd.ReadAt(cur[:], off); err != nil {
+			return fmt.Errorf("ctlfile: mark diagnostics in %s: offset %d: %w", rel, off, err)
+		}
+		if cur[0] != 'd' || (cur[1] != byte(Pending) && cur[1] != byte(Done)) {
+			return fmt.Errorf("ctlfile: mark diagnostics in %s: no d line at offset %d", rel, off)
+		}
+		if _, err := fd.WriteAt([]byte{byte(Done)}, off+1); err != nil {
+			return fmt.Errorf("ctlfile: mark diagnostics in %s: %w", rel, err)
+		}
+	}
+	if err := fd.Sync(); err != nil {
+		return fmt.Errorf("ctlfile: mark diagnostics in %s: %w", rel, err)
+	}
+	return fd.Close()
+}
+
+// AppendDiags appends d lines to transport/rel with one write on an
+// O_APPEND descriptor and an fsync (the scheduler does this on expiry).
+func (s *Spool) AppendDiags(rel string, ds []Diag) error {
+	if err := checkRel(rel); err != nil {
+		return err
+	}
+	if len(ds) == 0 {
+		return nil
+	}
+	var buf []byte
+	for _, d := range ds {
+		buf = append(buf, FormatDiag(d)...)
+	}
+	fd, err := os.OpenFile(s.ctlPath(rel), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: %s", ErrNotFound, rel)
+		}
+		return fmt.Errorf("ctlfile: append to %s: %w", rel, err)
+	}
+	defer fd.Close()
+	if _, err := writeOnce(fd, buf); err != nil {
+		return fmt.Errorf("ctlfile: append to %s: %w", rel, err)
+	}
+	if err := fd.Sync(); err != nil {
+		return fmt.Errorf("ctlfile: append to %s: %w", rel, err)
+	}
+	return fd.Close()
+}
+
+// writeOnce issues exactly one write(2): concurrent O_APPEND writers (agents
+// and the scheduler) rely on each d line landing whole. os.File.Write would
+// loop on a short write and could interleave the remainder with another
+// writer's line.
+func writeOnce(f *os.File, b []byte) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var werr error
+	err = rc.Write(func(fd uintptr) bool {
+		for {
+			n, werr = unix.Write(int(fd), b)
+			if werr != unix.EINTR {
+				return true
+			}
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	if werr != nil {
+		return 0, werr
+	}
+	if n != len(b) {
+		return n, fmt.Errorf("short write: %d of %d bytes", n, len(b))
+	}
+	return n, nil
+}
+
+// syncDirs fsyncs directories so that renames and unlinks in them survive a
+// crash.
+func syncDirs(dirs ...string) error {
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		f, err := os.Open(d)
+		if err != nil {
+			return fmt.Errorf("ctlfile: sync %s: %w", d, err)
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("ctlfile: sync %s: %w", d, err)
+		}
+	}
+	return nil
+}

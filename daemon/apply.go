@@ -1,0 +1,211 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"strconv"
+	"time"
+
+	"zsched/agent"
+	"zsched/config"
+	"zsched/core"
+	"zsched/ctlfile"
+)
+
+// apply carries out the core's actions until it has none left (re-reads
+// feed results back, which may produce more).
+func (d *Daemon) apply() {
+	for {
+		r := d.core.Ready()
+		if r.Empty() {
+			return
+		}
+		var failed []failedStart
+		for _, sp := range r.Spawns {
+			if err := d.spawn(sp); err != nil {
+				failed = append(failed, failedStart{sp.Agent, err})
+			}
+		}
+		for _, w := range r.Writes {
+			if p := d.procs[w.Agent]; p != nil {
+				p.Write(w.Line)
+			}
+		}
+		for _, st := range r.Stops {
+			p := d.procs[st.Agent]
+			if p == nil {
+				continue
+			}
+			if st.Kill {
+				d.log.Warn("killing agent", "agent", st.Agent, "pid", p.Pid(), "reason", st.Reason)
+				p.Kill(killGrace)
+			} else {
+				d.log.Debug("ending agent", "agent", st.Agent, "pid", p.Pid(), "reason", st.Reason)
+				p.End()
+			}
+		}
+		d.diags(r.Diags)
+		for _, o := range r.Outcomes {
+			d.logOutcome(o)
+		}
+		for _, c := range r.Completes {
+			d.finish(c)
+		}
+		now := d.now()
+		for _, rr := range r.Rereads {
+			f, err := d.spool.Read(rr.Path)
+			if err != nil {
+				if !errors.Is(err, ctlfile.ErrNotFound) {
+					d.log.Warn("re-reading control file", "msg", rr.Path, "error", err)
+				}
+				if errors.Is(err, ctlfile.ErrLiveLock) {
+					d.later = append(d.later, delayed{rel: rr.Path, at: now.Add(liveLockDelay)})
+				}
+				d.core.Reread(now, rr.Inum, nil)
+				continue
+			}
+			a := arrival(rr.Path, f)
+			d.core.Reread(now, rr.Inum, &a)
+		}
+		for _, f := range failed {
+			d.log.Error("cannot start agent", "agent", f.id, "error", f.err)
+			d.core.AgentExited(now, f.id, "start failed: "+f.err.Error())
+		}
+	}
+}
+
+type failedStart struct {
+	id  int
+	err error
+}
+
+// spawn starts the agent the core asked for.
+func (d *Daemon) spawn(sp core.Spawn) error {
+	c := &d.cfg.Clauses[sp.Clause]
+	argv, env := c.Command.Expand(sp.Channel, sp.Host)
+	prog, err := exec.LookPath(argv[0])
+	if err != nil {
+		return fmt.Errorf("daemon: clause %q: %w", c.Select, err)
+	}
+	argv[0] = prog
+	env = append(env, "PATH="+os.Getenv("PATH"))
+	if tz, ok := os.LookupEnv("TZ"); ok {
+		env = append(env, "TZ="+tz)
+	}
+	uid, gid, err := credentials(c)
+	if err != nil {
+		return err
+	}
+	p, err := agent.Start(sp.Agent, agent.Spec{
+		Argv:  argv,
+		Env:   env,
+		Dir:   d.spool.TransportDir(),
+		Stdio: agent.Stdio(c.Stdio),
+		UID:   uid,
+		GID:   gid,
+		Nice:  c.Nice,
+	}, d.events, d.log.Named("agent"))
+	if err != nil {
+		return err
+	}
+	d.procs[sp.Agent] = p
+	d.log.Debug("agent started", "agent", sp.Agent, "pid", p.Pid(), "channel", sp.Channel, "host", sp.Host, "command", c.Command.String())
+	return nil
+}
+
+// credentials resolves a clause's user and group; they apply only when the
+// scheduler runs as root (setgid, then setuid, in the child).
+func credentials(c *config.Clause) (uid, gid int, err error) {
+	uid, gid = -1, -1
+	if os.Geteuid() != 0 || (c.User == "" && c.Group == "") {
+		return uid, gid, nil
+	}
+	if c.User != "" {
+		u, err := user.Lookup(c.User)
+		if err != nil {
+			if u, err = user.LookupId(c.User); err != nil {
+				return 0, 0, fmt.Errorf("daemon: clause %q: user %q: %w", c.Select, c.User, err)
+			}
+		}
+		uid, _ = strconv.Atoi(u.Uid)
+		gid, _ = strconv.Atoi(u.Gid)
+	}
+	if c.Group != "" {
+		g, err := user.LookupGroup(c.Group)
+		if err != nil {
+			if g, err = user.LookupGroupId(c.Group); err != nil {
+				return 0, 0, fmt.Errorf("daemon: clause %q: group %q: %w", c.Select, c.Group, err)
+			}
+		}
+		gid, _ = strconv.Atoi(g.Gid)
+	}
+	return uid, gid, nil
+}
+
+// diags appends the d lines the core asked for, grouped per file.
+func (d *Daemon) diags(ds []core.Diag) {
+	if len(ds) == 0 {
+		return
+	}
+	byFile := make(map[string][]ctlfile.Diag)
+	var order []string
+	now := d.now().Unix()
+	for _, dg := range ds {
+		if _, ok := byFile[dg.Path]; !ok {
+			order = append(order, dg.Path)
+		}
+		byFile[dg.Path] = append(byFile[dg.Path], ctlfile.Diag{
+			Status:     ctlfile.Pending,
+			RcptOffset: dg.Offset,
+			Time:       now,
+			Notary:     dg.Notary.String(),
+			Text:       dg.Text,
+		})
+	}
+	for _, path := range order {
+		if err := d.spool.AppendDiags(path, byFile[path]); err != nil {
+			d.log.Error("cannot append d lines", "msg", path, "error", err)
+		}
+	}
+}
+
+// logOutcome writes the per-recipient line operators grep, with fixed keys.
+func (d *Daemon) logOutcome(o core.Outcome) {
+	pid := 0
+	if p := d.procs[o.Agent]; p != nil {
+		pid = p.Pid()
+	}
+	next := ""
+	if !o.Next.IsZero() {
+		next = o.Next.UTC().Format(time.RFC3339)
+	}
+	d.log.Info("outcome",
+		"msg", o.Path,
+		"rcpt", o.Offset,
+		"to", o.User,
+		"channel", o.Channel,
+		"host", o.Host,
+		"ta", pid,
+		"status", o.Status,
+		"delay", o.Delay.Truncate(time.Millisecond).String(),
+		"attempts", o.Attempts,
+		"next", next,
+		"text", o.Text,
+	)
+}
+
+// finish completes a message: its files are removed. A message with d
+// lines owes its sender a DSN.
+func (d *Daemon) finish(c core.Complete) {
+	if c.Diags {
+		d.log.Warn("message completed with diagnostics; delivery status notification not sent", "msg", c.Path)
+	}
+	if err := d.spool.Remove(c.Path, c.ID); err != nil {
+		d.log.Error("cannot remove completed message", "msg", c.Path, "error", err)
+		return
+	}
+	d.log.Info("complete", "msg", c.Path)
+}

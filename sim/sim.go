@@ -1,0 +1,446 @@
+// Package sim runs the scheduling core against simulated transport agents
+// and a fake clock: the harness for scenario tests, property tests and the
+// feedback and preemption experiments. Agents answer job lines through a
+// Behavior after a simulated service time; control files are in-memory
+// recipient tables that agents mark as real ones do. Everything is
+// deterministic for a given seed.
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"zsched/config"
+	"zsched/core"
+	"zsched/report"
+	"zsched/vertex"
+)
+
+// Epoch is the simulation's start time.
+var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Rcpt is one recipient of a simulated control file.
+type Rcpt struct {
+	Offset  int64
+	Channel string
+	Host    string
+	User    string
+	Notify  uint8
+	Status  byte // ' ' pending, '+' done, '-' failed, '~' locked
+}
+
+// Msg is a simulated control file.
+type Msg struct {
+	Inum    int64
+	Path    string
+	Arrival time.Time
+	Rcpts   []*Rcpt
+}
+
+// Job is what an agent is asked to deliver: the pending recipients of Msg
+// that match its channel and the job's host.
+type Job struct {
+	Agent *Agent
+	Msg   *Msg
+	Host  string
+	Rcpts []*Rcpt
+}
+
+// Response is an agent's answer to one job.
+type Response struct {
+	// Status per recipient of the job, in order; missing ones are left
+	// unreported (the core must treat them as deferred).
+	Status []report.Status
+	Retry  string        // retryat argument
+	Text   string        // report text
+	Delay  time.Duration // service time before the answer
+	Crash  bool          // die instead of answering (after reporting Status)
+	Hang   bool          // never answer
+}
+
+// Behavior decides an agent's answer to a job.
+type Behavior func(j Job) Response
+
+// Sink delivers everything at once.
+func Sink(j Job) Response {
+	st := make([]report.Status, len(j.Rcpts))
+	for i := range st {
+		st[i] = report.OK3
+	}
+	return Response{Status: st}
+}
+
+// Agent is a simulated transport agent.
+type Agent struct {
+	ID      int
+	Channel string
+	Host    string
+	Jobs    []string // job lines received, in order
+	busyAt  time.Time
+	dead    bool
+	hung    bool
+}
+
+// Sim is one simulation.
+type Sim struct {
+	Core     *core.Scheduler
+	Now      time.Time
+	Behavior Behavior
+	// Check runs the core's invariant check after every event.
+	Check bool
+
+	Msgs      map[int64]*Msg
+	Agents    map[int]*Agent
+	Outcomes  []core.Outcome
+	Completed map[int64]bool
+	Diags     int
+	// JobLog is every job line written, in order, with the agent.
+	JobLog []JobLine
+	// PeakAgents is the most agents alive at once.
+	PeakAgents int
+	// Busy counts, per host, the agents working a job there now; PeakBusy
+	// is its maximum.
+	Busy     map[string]int
+	PeakBusy map[string]int
+
+	events  eventQueue
+	seq     uint64
+	nextIn  int64
+	err     error
+	stopped bool
+}
+
+// JobLine is one job line as the core wrote it.
+type JobLine struct {
+	At    time.Time
+	Agent int
+	Path  string
+	Host  string
+}
+
+// New returns a simulation of cfg with the given behaviour.
+func New(cfg *config.Config, b Behavior, seed int64) *Sim {
+	return &Sim{
+		Core:      core.New(cfg, hclog.NewNullLogger(), rand.New(rand.NewSource(seed))),
+		Now:       Epoch,
+		Behavior:  b,
+		Msgs:      make(map[int64]*Msg),
+		Agents:    make(map[int]*Agent),
+		Completed: make(map[int64]bool),
+		Busy:      make(map[string]int),
+		PeakBusy:  make(map[string]int),
+		nextIn:    1000,
+	}
+}
+
+// Enqueue adds a message with recipients given as "channel/host/user" and
+// hands it to the core. It returns the message.
+func (s *Sim) Enqueue(rcpts ...string) *Msg {
+	s.nextIn++
+	m := &Msg{Inum: s.nextIn, Path: strconv.FormatInt(s.nextIn, 10), Arrival: s.Now}
+	off := int64(100)
+	for _, r := range rcpts {
+		f := strings.SplitN(r, "/", 3)
+		if len(f) != 3 {
+			panic("sim: recipient must be channel/host/user: " + r)
+		}
+		m.Rcpts = append(m.Rcpts, &Rcpt{Offset: off, Channel: f[0], Host: f[1], User: f[2], Status: ' '})
+		off += int64(len(r)) + 20
+	}
+	s.Msgs[m.Inum] = m
+	if err := s.Core.Arrive(s.Now, s.arrival(m)); err != nil {
+		s.fail(fmt.Errorf("arrive %d: %w", m.Inum, err))
+	}
+	s.apply()
+	return m
+}
+
+func (s *Sim) arrival(m *Msg) core.Arrival {
+	a := core.Arrival{Inum: m.Inum, Path: m.Path, ID: m.Path, Arrival: m.Arrival}
+	idx := map[[2]string]int{}
+	for _, r := range m.Rcpts {
+		if r.Status != ' ' {
+			continue
+		}
+		k := [2]string{r.Channel, r.Host}
+		i, ok := idx[k]
+		if !ok {
+			i = len(a.Groups)
+			idx[k] = i
+			a.Groups = append(a.Groups, core.Group{Channel: r.Channel, Host: r.Host})
+		}
+		a.Groups[i].Rcpts = append(a.Groups[i].Rcpts, vertex.Rcpt{Offset: r.Offset, User: r.User, Notify: r.Notify})
+	}
+	return a
+}
+
+// Err returns the first invariant or protocol violation seen.
+func (s *Sim) Err() error { return s.err }
+
+func (s *Sim) fail(err error) {
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+type event struct {
+	at    time.Time
+	seq   uint64
+	agent int
+	line  string
+	exit  bool
+	index int
+}
+
+type eventQueue []*event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if !q[i].at.Equal(q[j].at) {
+		return q[i].at.Before(q[j].at)
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+func (s *Sim) post(at time.Time, agent int, line string, exit bool) {
+	s.seq++
+	heap.Push(&s.events, &event{at: at, seq: s.seq, agent: agent, line: line, exit: exit})
+}
+
+// apply carries out the core's actions.
+func (s *Sim) apply() {
+	for {
+		r := s.Core.Ready()
+		if r.Empty() {
+			break
+		}
+		for _, sp := range r.Spawns {
+			a := &Agent{ID: sp.Agent, Channel: sp.Channel, Host: sp.Host}
+			s.Agents[a.ID] = a
+			s.PeakAgents = max(s.PeakAgents, len(s.Agents))
+			s.post(s.Now, a.ID, "#hungry", false)
+		}
+		for _, w := range r.Writes {
+			s.write(s.Agents[w.Agent], w.Line)
+		}
+		for _, st := range r.Stops {
+			a := s.Agents[st.Agent]
+			if a != nil && !a.dead {
+				a.dead = true
+				s.post(s.Now, a.ID, "", true)
+			}
+		}
+		s.Diags += len(r.Diags)
+		s.Outcomes = append(s.Outcomes, r.Outcomes...)
+		for _, c := range r.Completes {
+			if s.Completed[c.Inum] {
+				s.fail(fmt.Errorf("message %d completed twice", c.Inum))
+			}
+			s.Completed[c.Inum] = true
+			if m := s.Msgs[c.Inum]; m != nil {
+				for _, rc := range m.Rcpts {
+					if rc.Status == ' ' || rc.Status == '~' {
+						s.fail(fmt.Errorf("message %d completed with %s still pending", c.Inum, rc.User))
+					}
+				}
+			}
+		}
+		for _, rr := range r.Rereads {
+			m := s.Msgs[rr.Inum]
+			if m == nil {
+				s.Core.Reread(s.Now, rr.Inum, nil)
+				continue
+			}
+			for _, rc := range m.Rcpts {
+				if rc.Status == '~' {
+					rc.Status = ' ' // the locking agent is dead: a stale lock
+				}
+			}
+			a := s.arrival(m)
+			s.Core.Reread(s.Now, rr.Inum, &a)
+		}
+	}
+	if s.Check {
+		if err := s.Core.Check(s.Now); err != nil {
+			s.fail(fmt.Errorf("at %s: %w", s.Now.Sub(Epoch), err))
+		}
+	}
+}
+
+// write delivers one line to a simulated agent, which answers after its
+// service time. Agents serve their lines one after another.
+func (s *Sim) write(a *Agent, line string) {
+	if a == nil || a.dead || a.hung {
+		return
+	}
+	start := s.Now
+	if a.busyAt.After(start) {
+		start = a.busyAt
+	}
+	if line == "#idle" {
+		a.busyAt = start
+		s.post(start, a.ID, "#hungry", false)
+		return
+	}
+	path, host, _ := strings.Cut(line, "\t")
+	if host == "" {
+		host = a.Host
+	}
+	a.Jobs = append(a.Jobs, line)
+	s.JobLog = append(s.JobLog, JobLine{At: s.Now, Agent: a.ID, Path: path, Host: host})
+	inum, _ := strconv.ParseInt(path, 10, 64)
+	m := s.Msgs[inum]
+	j := Job{Agent: a, Msg: m, Host: host}
+	if m != nil {
+		for _, r := range m.Rcpts {
+			if r.Status == ' ' && r.Channel == a.Channel && r.Host == host {
+				r.Status = '~'
+				j.Rcpts = append(j.Rcpts, r)
+			}
+		}
+	}
+	if len(j.Rcpts) == 0 {
+		s.post(start, a.ID, "#resync "+path, false)
+		s.post(start, a.ID, "#hungry", false)
+		a.busyAt = start
+		return
+	}
+	resp := s.Behavior(j)
+	done := start.Add(resp.Delay)
+	a.busyAt = done
+	s.Busy[host]++
+	s.PeakBusy[host] = max(s.PeakBusy[host], s.Busy[host])
+	for i, r := range j.Rcpts {
+		if i >= len(resp.Status) {
+			break
+		}
+		l := report.Line{Inum: m.Inum, Offset: r.Offset, Status: resp.Status[i], Retry: resp.Retry, Text: resp.Text}
+		if l.Status == report.RetryAt && l.Retry == "" {
+			l.Retry = "+60"
+		}
+		switch l.Status.Class() {
+		case report.Delivered:
+			r.Status = '+'
+		case report.Permanent:
+			r.Status = '-'
+		default:
+			r.Status = ' '
+		}
+		s.post(done, a.ID, l.String(), false)
+	}
+	s.post(done, a.ID, "\x00done "+host, false)
+	switch {
+	case resp.Hang:
+		a.hung = true
+	case resp.Crash:
+		a.dead = true
+		s.post(done, a.ID, "", true)
+	default:
+		for _, r := range j.Rcpts {
+			if r.Status == '~' {
+				r.Status = ' ' // unreported: the agent unlocks, as libta does
+			}
+		}
+		s.post(done, a.ID, "#hungry", false)
+	}
+}
+
+// Step handles the next event or timer; it returns false when nothing is
+// left to happen.
+func (s *Sim) Step() bool {
+	wake := s.Core.NextWakeup()
+	if len(s.events) > 0 {
+		e := s.events[0]
+		if wake.IsZero() || !wake.Before(e.at) {
+			heap.Pop(&s.events)
+			if e.at.After(s.Now) {
+				s.Now = e.at
+			}
+			s.deliver(e)
+			return true
+		}
+	}
+	if wake.IsZero() {
+		return false
+	}
+	if wake.After(s.Now) {
+		s.Now = wake
+	}
+	s.Core.Tick(s.Now)
+	s.apply()
+	return true
+}
+
+func (s *Sim) deliver(e *event) {
+	if Debug != nil { Debug(e.at.Sub(Epoch), e.agent, e.line, e.exit) }
+	a := s.Agents[e.agent]
+	switch {
+	case e.exit:
+		// Locks of a dead agent stay until the core's re-read resets them.
+		delete(s.Agents, e.agent)
+		s.Core.AgentExited(s.Now, e.agent, "simulated exit")
+	case strings.HasPrefix(e.line, "\x00done "):
+		s.Busy[strings.TrimPrefix(e.line, "\x00done ")]--
+		return
+	case a == nil:
+		return
+	default:
+		s.Core.AgentLine(s.Now, e.agent, e.line)
+	}
+	s.apply()
+}
+
+// Run steps until nothing is left to happen, the queue is empty and idle,
+// or until is reached.
+func (s *Sim) Run(until time.Duration) {
+	end := Epoch.Add(until)
+	for s.err == nil && s.Now.Before(end) {
+		if s.Core.Messages() == 0 && len(s.events) == 0 {
+			return
+		}
+		if !s.Step() {
+			return
+		}
+	}
+}
+
+// Pending returns the recipients not yet delivered or failed.
+func (s *Sim) Pending() []string {
+	var p []string
+	for _, m := range s.Msgs {
+		for _, r := range m.Rcpts {
+			if r.Status == ' ' || r.Status == '~' {
+				p = append(p, m.Path+":"+r.User)
+			}
+		}
+	}
+	sort.Strings(p)
+	return p
+}
+
+// Final returns, per "inum/offset", the number of final outcomes logged.
+func (s *Sim) Final() map[string]int {
+	f := make(map[string]int)
+	for _, o := range s.Outcomes {
+		if o.Final() {
+			f[strconv.FormatInt(o.Inum, 10)+"/"+strconv.FormatInt(o.Offset, 10)]++
+		}
+	}
+	return f
+}
+var Debug func(...any)

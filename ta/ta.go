@@ -1,0 +1,441 @@
+// Package ta owns the agent side of ZMailer's scheduler↔transport-agent
+// protocol, so that a transport agent's author writes only "deliver these
+// recipients". It runs the #hungry loop on stdin/stdout, opens each job's
+// control file, locks the r lines that belong to the agent (~ and its PID),
+// hands them to a delivery function, then for every recipient marks the
+// status byte (+, -, or back to blank), appends the d line that ok2 and
+// error2 promise, and writes the report line. Recipients the delivery
+// function forgets are reported deferred and unlocked, never lost.
+//
+// The wire behaviour follows what ZMailer's own agents were observed to do
+// (reference/zmailer-ta-observed.md §4.1–§4.4): one #hungry before every
+// read, #resync for a job the agent cannot use, exit without #hungry on a
+// control file with unknown format flags, and a partial last line at EOF
+// dropped unread.
+package ta
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"zsched/ctlfile"
+	"zsched/report"
+)
+
+// ErrUnsupportedFormat is returned by Serve when a job's control file has
+// '@' format flags this agent does not know. ZMailer's agents stop there
+// rather than risk misreading the file; a newer scheduler must be matched
+// by newer agents.
+var ErrUnsupportedFormat = errors.New("ta: unsupported control file format")
+
+// Agent is one transport agent's side of the protocol.
+// The zero value of every field but Channel is usable.
+type Agent struct {
+	// Channel selects the r lines this agent delivers: their channel must
+	// equal it exactly (ZMailer compares channels with strcmp). "" matches
+	// every channel, as libta does when it is given none.
+	Channel string
+	// Host is the destination of a host-bound agent (the clause's
+	// standalone $host argument); job lines then carry no host. A host on
+	// the job line wins. When both are empty every host matches, as in
+	// libta.
+	Host string
+	// Name is the agent's name in '#' comment lines and in the notary's
+	// agent field, name[pid].
+	Name string
+	// Dir is the directory job paths are relative to. "" means the working
+	// directory, which is postoffice/transport when the scheduler starts
+	// the agent. Message bodies are found at Dir/../queue/<hash dir>/<id>.
+	Dir string
+	// In and Out carry the protocol; nil means os.Stdin and os.Stdout.
+	In  io.Reader
+	Out io.Writer
+	// PID is written into the locks; 0 means os.Getpid(). A lock must name
+	// a live process, else the scheduler clears it as stale.
+	PID int
+	// Now stamps d lines; nil means time.Now.
+	Now func() time.Time
+}
+
+// Result is the outcome for one locked recipient.
+type Result struct {
+	Rcpt   int           // index into Delivery.File.Rcpts, one of Delivery.Rcpts
+	Status report.Status // the status word
+	// Notary is the DSN data. For ok2 and error2 it goes into the d line
+	// (the report then carries an empty notary, as ZMailer's agents do),
+	// and a zero Notary is filled in from the recipient; otherwise it goes
+	// on the report line as given. An empty Agent field is set to name[pid]
+	// whenever the notary is not empty.
+	Notary report.Notary
+	Text   string // free text after the status word; newlines become CR
+	// Retry is retryat's argument: "+N" seconds from now, or an absolute
+	// epoch second. Empty means "+60", what ZMailer's smtp agent sends.
+	Retry string
+}
+
+// Delivery is one job: the recipients of one control file that this agent
+// locked for one host. The delivery function may read the message from Body
+// and may Report results as they happen; it returns the rest.
+type Delivery struct {
+	File  *ctlfile.File
+	Path  string   // the job path as the scheduler sent it, e.g. "A/12345"
+	Host  string   // the destination: from the job line, else Agent.Host
+	Rcpts []int    // indexes into File.Rcpts of the locked recipients, in file order
+	Body  *os.File // the message file, open for reading; the body starts at File.BodyOffset
+
+	s     *session
+	h     *ctlfile.Handle
+	state []rcptState // by index into File.Rcpts
+}
+
+type rcptState uint8
+
+const (
+	notOurs rcptState = iota
+	locked
+	reported
+)
+
+// Rcpt returns the recipient with index i in File.Rcpts.
+func (d *Delivery) Rcpt(i int) *ctlfile.Rcpt { return &d.File.Rcpts[i] }
+
+// Report settles one recipient at once, while the delivery function runs
+// (never after it returned), and flushes so the scheduler sees it now: an
+// SMTP agent reports a refused RCPT before DATA, as ZMailer's smtp does.
+// A recipient already settled, or not held by this delivery, is ignored
+// with a '#' comment. The error is a failure to write to the scheduler.
+func (d *Delivery) Report(r Result) error {
+	d.settle(r)
+	return d.s.flush()
+}
+
+// Serve runs the protocol until the scheduler sends an empty line or closes
+// In, and then returns nil. It prints #hungry (and flushes) before every
+// read. Each job line, "path\thost" or "path", is opened relative to Dir;
+// the pending r lines of Channel and the job's host (compared without case)
+// are locked and passed to deliver, which returns one Result per recipient
+// it did not Report. Serve then marks and reports each: delivered → '+',
+// permanent → '-', temporary → ' ', with the PID columns blanked; ok2 and
+// error2 also append a d line. A job it cannot use is answered "#resync
+// path". It returns ErrUnsupportedFormat (without a #hungry) on a control
+// file with unknown format flags, and an error when Out fails.
+func (a *Agent) Serve(deliver func(d *Delivery) []Result) error {
+	s := newSession(a)
+	for {
+		s.w.WriteString("#hungry\n")
+		if err := s.flush(); err != nil {
+			return err
+		}
+		line, err := s.readLine()
+		if errors.Is(err, errLineTooLong) {
+			s.comment("ignored an input line over %d bytes", s.r.Size())
+			continue
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				// Includes a partial last line: the scheduler died
+				// mid-write, so the line is not a job.
+				return nil
+			}
+			return fmt.Errorf("ta: read: %w", err)
+		}
+		switch {
+		case line == "":
+			return nil
+		case line == "#idle":
+			continue
+		case line[0] == '#':
+			s.comment("ignored %q", line)
+			continue
+		}
+		p, host, ok := strings.Cut(line, "\t")
+		if !ok {
+			host = a.Host
+		}
+		if err := s.job(p, host, deliver); err != nil {
+			if ferr := s.flush(); ferr != nil {
+				return errors.Join(err, ferr)
+			}
+			return err
+		}
+	}
+}
+
+// session is the state of one Serve call.
+type session struct {
+	a     *Agent
+	r     *bufio.Reader
+	w     *bufio.Writer
+	pid   int
+	name  string
+	ident string // name[pid]
+	now   func() time.Time
+	werr  error
+}
+
+func newSession(a *Agent) *session {
+	s := &session{a: a, pid: a.PID, now: a.Now}
+	in, out := a.In, a.Out
+	if in == nil {
+		in = os.Stdin
+	}
+	if out == nil {
+		out = os.Stdout
+	}
+	// Job lines are short; the reader's size caps them, like the line
+	// limit the scheduler applies to us.
+	s.r = bufio.NewReaderSize(in, 64<<10)
+	s.w = bufio.NewWriterSize(out, 64<<10)
+	if s.pid == 0 {
+		s.pid = os.Getpid()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.name = a.Name
+	if s.name == "" {
+		s.name = "ta"
+	}
+	s.ident = s.name + "[" + strconv.Itoa(s.pid) + "]"
+	return s
+}
+
+func (s *session) flush() error {
+	if s.werr != nil {
+		return s.werr
+	}
+	if err := s.w.Flush(); err != nil {
+		s.werr = fmt.Errorf("ta: write: %w", err)
+	}
+	return s.werr
+}
+
+var errLineTooLong = errors.New("ta: input line too long")
+
+// readLine returns the next line without its newline. A line that does not
+// fit the buffer is consumed and reported as errLineTooLong: no job path is
+// that long, and the line still gets its #hungry.
+func (s *session) readLine() (string, error) {
+	b, err := s.r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		for errors.Is(err, bufio.ErrBufferFull) {
+			_, err = s.r.ReadSlice('\n')
+		}
+		if err == nil {
+			err = errLineTooLong
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	b = b[:len(b)-1]
+	if n := len(b); n > 0 && b[n-1] == '\r' {
+		b = b[:n-1]
+	}
+	return string(b), nil
+}
+
+// comment writes a '#' line, which the scheduler logs and otherwise ignores.
+func (s *session) comment(format string, args ...any) {
+	s.w.WriteString("# ")
+	s.w.WriteString(s.name)
+	s.w.WriteString(": ")
+	s.w.WriteString(strings.ReplaceAll(fmt.Sprintf(format, args...), "\n", "\r"))
+	s.w.WriteByte('\n')
+}
+
+func (s *session) resync(p string) {
+	s.w.WriteString("#resync ")
+	s.w.WriteString(p)
+	s.w.WriteByte('\n')
+}
+
+// missingBody is libta's text for a message file that is gone; the
+// scheduler and operators know it.
+const missingBody = "message file is missing(!) -- possibly due to delivery scheduler restart.  Consider resending your message"
+
+// job handles one job line. Its error ends Serve.
+func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
+	ctl := p
+	if s.a.Dir != "" {
+		ctl = filepath.Join(s.a.Dir, p)
+	}
+	h, err := ctlfile.Open(ctl)
+	if err != nil {
+		if errors.Is(err, ctlfile.ErrUnknownFormat) {
+			s.comment("unsupported format flags in %q: %v", p, err)
+			s.resync(p)
+			return fmt.Errorf("%w: %s: %w", ErrUnsupportedFormat, p, err)
+		}
+		s.comment("cannot open control file %q: %v", p, err)
+		s.resync(p)
+		return nil
+	}
+	d := &Delivery{File: h.File, Path: p, Host: host, s: s, h: h}
+	defer func() {
+		if err := h.Close(); err != nil {
+			s.comment("%v", err)
+		}
+	}()
+	if !s.lock(d) {
+		s.resync(p)
+		return nil
+	}
+
+	body := filepath.Join(s.a.Dir, "..", "queue", hashDir(p), d.File.ID)
+	d.Body, err = os.Open(body)
+	if err != nil {
+		res := Result{Status: report.Error2, Notary: report.Notary{Action: "failed"}, Text: missingBody}
+		if !errors.Is(err, fs.ErrNotExist) {
+			// Unlike libta, a body we may not read today is not a
+			// reason to bounce the message.
+			res = Result{Status: report.Deferred, Text: "cannot open message file: " + err.Error()}
+		}
+		for _, i := range d.Rcpts {
+			res.Rcpt = i
+			d.settle(res)
+		}
+		s.comment("cannot open message file %q: %v", body, err)
+		s.resync(p)
+		return nil
+	}
+	defer d.Body.Close()
+
+	for _, r := range deliver(d) {
+		d.settle(r)
+	}
+	for _, i := range d.Rcpts {
+		if d.state[i] == locked {
+			d.settle(Result{Rcpt: i, Status: report.Deferred, Text: "address was left locked"})
+		}
+	}
+	return nil
+}
+
+// hashDir is the spool's hash prefix of a job path ("A/B/12" → "A/B"):
+// the body lives under the same prefix in queue/.
+func hashDir(p string) string {
+	if dir := path.Dir(p); dir != "." {
+		return dir
+	}
+	return ""
+}
+
+// lock takes every pending r line of the agent's channel and the job's
+// host, and reports whether it took any. Lines another process holds are
+// skipped: the scheduler resyncs and retries them.
+func (s *session) lock(d *Delivery) bool {
+	f := d.File
+	for i := range f.Rcpts {
+		r := &f.Rcpts[i]
+		if r.Status != ctlfile.Pending ||
+			(s.a.Channel != "" && r.Channel != s.a.Channel) ||
+			(d.Host != "" && !strings.EqualFold(r.Host, d.Host)) {
+			continue
+		}
+		ok, err := d.h.Lock(i, s.pid)
+		if err != nil {
+			s.comment("lock %s/%d: %v", d.Path, r.Offset, err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if d.state == nil {
+			d.state = make([]rcptState, len(f.Rcpts))
+		}
+		d.state[i] = locked
+		d.Rcpts = append(d.Rcpts, i)
+	}
+	return len(d.Rcpts) > 0
+}
+
+// settle writes one recipient's outcome: first the d line and the mark in
+// the control file, then the report line. The marks reach the file before
+// the scheduler can read the report (it is buffered until the next flush),
+// so a crash between the two leaves '+' on disk and costs no duplicate.
+func (d *Delivery) settle(r Result) {
+	s := d.s
+	if r.Rcpt < 0 || r.Rcpt >= len(d.state) || d.state[r.Rcpt] != locked {
+		s.comment("ignored a %s result for recipient %d: not held by this delivery, or already settled", r.Status, r.Rcpt)
+		return
+	}
+	class := r.Status.Class()
+	if class == 0 {
+		s.comment("ignored a result with status %s for recipient %d", r.Status, r.Rcpt)
+		return
+	}
+	d.state[r.Rcpt] = reported
+	rc := &d.File.Rcpts[r.Rcpt]
+	notary := r.Notary
+	if notary.IsZero() && (r.Status == report.OK2 || r.Status == report.Error2) {
+		notary = defaultNotary(rc, class)
+	}
+	if !notary.IsZero() && notary.Agent == "" {
+		notary.Agent = s.ident
+	}
+	text := strings.ReplaceAll(r.Text, "\n", "\r")
+
+	status := r.Status
+	if status == report.OK2 || status == report.Error2 {
+		err := d.h.AppendDiag(ctlfile.Diag{
+			Status:       ctlfile.Pending,
+			RcptOffset:   rc.Offset,
+			HeaderOffset: rc.HeaderOffset,
+			NOffset:      rc.NOffset,
+			Time:         s.now().Unix(),
+			Notary:       notary.String(),
+			Text:         text,
+		})
+		if err != nil {
+			// Without our d line the scheduler must write one: ok and
+			// error ask it to.
+			s.comment("append d line for %s/%d: %v", d.Path, rc.Offset, err)
+			status = report.OK
+			if class == report.Permanent {
+				status = report.Error
+			}
+		} else {
+			notary = report.Notary{}
+		}
+	}
+	mark := ctlfile.Pending
+	switch class {
+	case report.Delivered:
+		mark = ctlfile.Done
+	case report.Permanent:
+		mark = ctlfile.Failed
+	}
+	if err := d.h.Mark(r.Rcpt, mark); err != nil {
+		s.comment("mark %s/%d: %v", d.Path, rc.Offset, err)
+	}
+	retry := ""
+	if status == report.RetryAt {
+		retry = r.Retry
+		if retry == "" {
+			retry = "+60"
+		}
+	}
+	line := report.Line{Inum: d.File.Inum, Offset: rc.Offset, Notary: notary, Status: status, Retry: retry, Text: text}
+	s.w.WriteString(line.String())
+	s.w.WriteByte('\n')
+}
+
+// defaultNotary is the DSN data for an ok2 or error2 whose delivery
+// function gave none: the d line needs at least the action and a status.
+func defaultNotary(rc *ctlfile.Rcpt, class report.Class) report.Notary {
+	n := report.Notary{Recipient: rc.User, Action: "delivered", Status: "2.0.0"}
+	if class == report.Permanent {
+		n.Action, n.Status = "failed", "5.0.0"
+	}
+	return n
+}

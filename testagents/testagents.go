@@ -1,0 +1,119 @@
+// Package testagents owns the tiny transport agents that tests, benchmarks
+// and the example configuration run as real processes: sink (delivers
+// everything), flaky (defers a fraction), deferall (the whole site fails),
+// crash (dies mid-job), hang (never answers), garbage (breaks the
+// protocol), slow (sink with a delay), and agent.sh (a hand-written POSIX
+// shell agent). Each is a main package in its own directory, built on
+// package ta except garbage and agent.sh. This package builds them for
+// other packages' tests and holds the delivery logic they share.
+package testagents
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"zsched/ctlfile"
+	"zsched/report"
+	"zsched/ta"
+)
+
+// Script is the name under which Build returns the shell agent.
+const Script = "agent.sh"
+
+// Build compiles every agent with one "go build -o dir/ ./testagents/..."
+// at the module root (found with "go env GOMOD" from the working
+// directory, which for a test is its package's directory) and returns each
+// agent's name mapped to its absolute path, plus Script mapped to the
+// shell agent in the source tree.
+func Build(dir string) (map[string]string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("testagents: %w", err)
+	}
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return nil, fmt.Errorf("testagents: go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return nil, errors.New("testagents: the working directory is not inside the zsched module")
+	}
+	root := filepath.Dir(gomod)
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./testagents/...")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("testagents: go build: %w\n%s", err, out)
+	}
+	src := filepath.Join(root, "testagents")
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return nil, fmt.Errorf("testagents: %w", err)
+	}
+	agents := map[string]string{Script: filepath.Join(src, Script)}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		// Only the directories that held a main package produced a binary.
+		p := filepath.Join(dir, e.Name())
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			agents[e.Name()] = p
+		}
+	}
+	return agents, nil
+}
+
+// Sink delivers by acknowledging: ok3, or ok2 with a d line for a
+// recipient that asked for NOTIFY=SUCCESS (the agent owes that DSN).
+type Sink struct {
+	// Log, when set, gets one line "inum/offset user" per delivered
+	// recipient, written with a single Write before the recipient is marked,
+	// so that an O_APPEND file records every delivery even if the agent is
+	// killed: crash tests count duplicates with it.
+	Log io.Writer
+	// Delay is slept per recipient, standing in for a slow destination.
+	Delay time.Duration
+}
+
+// Deliver delivers every recipient of d.
+func (s *Sink) Deliver(d *ta.Delivery) []ta.Result {
+	res := make([]ta.Result, 0, len(d.Rcpts))
+	for _, i := range d.Rcpts {
+		res = append(res, s.DeliverOne(d, i))
+	}
+	return res
+}
+
+// DeliverOne delivers recipient i of d.
+func (s *Sink) DeliverOne(d *ta.Delivery, i int) ta.Result {
+	if s.Delay > 0 {
+		time.Sleep(s.Delay)
+	}
+	rc := d.Rcpt(i)
+	if s.Log != nil {
+		var b bytes.Buffer
+		b.WriteString(strconv.FormatInt(d.File.Inum, 10))
+		b.WriteByte('/')
+		b.WriteString(strconv.FormatInt(rc.Offset, 10))
+		b.WriteByte(' ')
+		b.WriteString(rc.User)
+		b.WriteByte('\n')
+		if _, err := s.Log.Write(b.Bytes()); err != nil {
+			// Not delivered if we cannot prove it was.
+			return ta.Result{Rcpt: i, Status: report.Deferred, Text: "sink: log: " + err.Error()}
+		}
+	}
+	if rc.Notify&ctlfile.NotifySuccess != 0 {
+		return ta.Result{Rcpt: i, Status: report.OK2, Text: "delivered to the sink",
+			Notary: report.Notary{Recipient: rc.User, Action: "delivered", Status: "2.0.0", Diagnostic: "x-sink; 250 (delivered to the sink)"}}
+	}
+	return ta.Result{Rcpt: i, Status: report.OK3, Text: "delivered to the sink"}
+}

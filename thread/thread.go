@@ -1,0 +1,122 @@
+// Package thread owns one destination: all vertices with the same
+// (clause, channel, host), the order they are fed in, their retry times, the
+// thread's own back-off after site failures, and its concurrency window
+// (Postfix 2.5 feedback). Pure: time arrives as an argument, randomness as a
+// *rand.Rand, and nothing here performs I/O.
+package thread
+
+import (
+	"time"
+
+	"zsched/vertex"
+)
+
+// Key identifies a thread.
+type Key struct {
+	Clause  int
+	Channel string
+	Host    string
+}
+
+// Thread is one destination.
+type Thread struct {
+	Key
+
+	// Ready holds vertices that are due and not fed, by feed rank.
+	Ready vertex.Heap
+	// Waiting holds vertices whose own retry time is in the future.
+	Waiting vertex.Heap
+	// Vertices counts every vertex of the thread: ready, waiting or fed.
+	Vertices int
+
+	Busy   int // agents attached
+	Window Window
+
+	// BackoffUntil is set after a site failure or while the destination is
+	// dead: nothing is fed before it. A thread blocked only by a limit has
+	// no back-off.
+	BackoffUntil time.Time
+	Retry        int // index into the clause's retries for thread back-off
+	Attempts     int // deliveries judged
+	SiteFailures int // consecutive site-failed runs
+	LastText     string
+
+	QueueOnly bool // starts only by ETRN
+	Turned    bool // an ETRN has released a queueonly thread
+	Held      bool // operator hold
+
+	// Wake is the time the scheduler's timer heap holds the thread for;
+	// zero when it is not in that heap.
+	Wake      time.Time
+	WakeIndex int // position in the scheduler's timer heap, -1 when none
+	RingIndex int // position in its ring's wanting heap, -1 when none
+}
+
+// New returns an empty thread.
+func New(k Key, w Window) *Thread {
+	return &Thread{
+		Key:       k,
+		Ready:     vertex.NewHeap(vertex.ByRank),
+		Waiting:   vertex.NewHeap(vertex.ByTime),
+		Window:    w,
+		WakeIndex: -1,
+		RingIndex: -1,
+	}
+}
+
+// BackingOff reports whether the thread waits out a site-failure back-off.
+func (t *Thread) BackingOff(now time.Time) bool { return now.Before(t.BackoffUntil) }
+
+// Startable reports whether nothing but an agent keeps the thread from
+// being fed at now.
+func (t *Thread) Startable(now time.Time) bool {
+	if t.Held || (t.QueueOnly && !t.Turned) || t.BackingOff(now) {
+		return false
+	}
+	return t.Ready.Len() > 0
+}
+
+// Wants reports whether the thread could use one more agent.
+func (t *Thread) Wants(now time.Time) bool {
+	return t.Startable(now) && t.Busy < t.Window.Limit(now.Before(t.BackoffUntil))
+}
+
+// Promote moves vertices whose own time has come from Waiting to Ready.
+func (t *Thread) Promote(now time.Time) {
+	for v := t.Waiting.Min(); v != nil && !v.NotBefore.After(now); v = t.Waiting.Min() {
+		t.Waiting.Remove(v)
+		t.Ready.Push(v)
+	}
+}
+
+// NextWake is the time the thread next needs the timer: the end of its
+// back-off if it has ready work, else its first waiting vertex (never before
+// the back-off). Zero when nothing waits on time.
+func (t *Thread) NextWake(now time.Time) time.Time {
+	var w time.Time
+	if t.Ready.Len() > 0 && t.BackoffUntil.After(now) {
+		w = t.BackoffUntil
+	}
+	if v := t.Waiting.Min(); v != nil {
+		at := v.NotBefore
+		if at.Before(t.BackoffUntil) {
+			at = t.BackoffUntil
+		}
+		if w.IsZero() || at.Before(w) {
+			w = at
+		}
+	}
+	return w
+}
+
+// Add puts a new or returning vertex in the heap its time calls for.
+func (t *Thread) Add(v *vertex.Vertex, now time.Time) {
+	if v.NotBefore.After(now) {
+		t.Waiting.Push(v)
+	} else {
+		t.Ready.Push(v)
+	}
+}
+
+// Take removes v from whichever heap of t holds it.
+func (t *Thread) Take(v *vertex.Vertex) { v.Dequeue() }
