@@ -443,3 +443,44 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// TestGroupsManyDestinations covers files with more destinations than the
+// linear search handles, against a naive reference.
+func TestGroupsManyDestinations(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("@ 0x00000007\ni 9\no 1\nl <x>\n")
+	for i := range 60 {
+		st := " "
+		if i%7 == 3 {
+			st = "+"
+		}
+		fmt.Fprintf(&b, "r%s          ch%d h%d.test u%d 0\n", st, i%2, (i*7)%13, i)
+	}
+	b.WriteString("m\n\n")
+	f, err := Parse("9", []byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []Group
+	for i, r := range f.Rcpts {
+		if r.Status != Pending {
+			continue
+		}
+		found := false
+		for j := range want {
+			if want[j].Channel == r.Channel && want[j].Host == r.Host {
+				want[j].Rcpts = append(want[j].Rcpts, i)
+				found = true
+			}
+		}
+		if !found {
+			want = append(want, Group{r.Channel, r.Host, []int{i}})
+		}
+	}
+	if len(want) < 20 {
+		t.Fatalf("only %d destinations; the test needs many", len(want))
+	}
+	if got := f.Groups(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Groups() =\n%v\nwant\n%v", got, want)
+	}
+}

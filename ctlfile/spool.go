@@ -204,7 +204,7 @@ func resetLocks(path string, f *File, idx []int) error {
 		if string(cur[:len(want)]) != string(want) {
 			continue
 		}
-		if _, err := fd.WriteAt(statusBytes(Pending, 0), r.Offset+1); err != nil {
+		if _, err := fd.WriteAt(statusBytes(Pending, width), r.Offset+1); err != nil {
 			return err
 		}
 		r.Status, r.PID = Pending, 0
