@@ -128,7 +128,15 @@ func QueuePath(ctlPath, id string) string {
 //
 // A lock without a PID (a file without FlagPID, or a blank PID field) is
 // treated as stale: otherwise nothing could ever release it.
-func (s *Spool) Read(rel string) (*File, error) {
+func (s *Spool) Read(rel string) (*File, error) { return s.read(rel, false) }
+
+// Reread is Read for a file already in the scheduler's core (after an
+// agent's #resync or death): stale locks are reset as by Read, but a line
+// locked by a live process is no error — another agent is working on it —
+// and stays Locked in the result.
+func (s *Spool) Reread(rel string) (*File, error) { return s.read(rel, true) }
+
+func (s *Spool) read(rel string, shared bool) (*File, error) {
 	if err := checkRel(rel); err != nil {
 		return nil, err
 	}
@@ -160,6 +168,9 @@ func (s *Spool) Read(rel string) (*File, error) {
 			continue
 		}
 		if alive(r.PID) {
+			if shared {
+				continue
+			}
 			return nil, fmt.Errorf("%w: pid %d holds offset %d of %s", ErrLiveLock, r.PID, r.Offset, rel)
 		}
 		stale = append(stale, i)

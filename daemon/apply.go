@@ -56,16 +56,19 @@ func (d *Daemon) apply() {
 		}
 		now := d.now()
 		for _, rr := range r.Rereads {
-			f, err := d.spool.Read(rr.Path)
+			f, err := d.spool.Reread(rr.Path)
 			if err != nil {
 				if !errors.Is(err, ctlfile.ErrNotFound) {
 					d.log.Warn("re-reading control file", "msg", rr.Path, "error", err)
 				}
-				if errors.Is(err, ctlfile.ErrLiveLock) {
-					d.later = append(d.later, delayed{rel: rr.Path, at: now.Add(liveLockDelay)})
-				}
 				d.core.Reread(now, rr.Inum, nil)
 				continue
+			}
+			// Lines a live agent holds are still pending for the core.
+			for i := range f.Rcpts {
+				if f.Rcpts[i].Status == ctlfile.Locked {
+					f.Rcpts[i].Status = ctlfile.Pending
+				}
 			}
 			a := arrival(rr.Path, f)
 			d.core.Reread(now, rr.Inum, &a)
