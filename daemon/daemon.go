@@ -258,13 +258,19 @@ func (d *Daemon) shutdown() error {
 	return nil
 }
 
-// applyLog carries out only what is safe during shutdown: outcome logs and
-// d lines; no new agents, no new work.
+// applyLog carries out only what is safe during shutdown: outcome logs, d
+// lines, and re-reads of files a dead agent held (which reset its stale
+// locks on disk); no new agents, no new work.
 func (d *Daemon) applyLog() {
 	r := d.core.Ready()
 	d.diags(r.Diags)
 	for _, o := range r.Outcomes {
 		d.logOutcome(o)
+	}
+	for _, rr := range r.Rereads {
+		if _, err := d.spool.Reread(rr.Path); err != nil && !errors.Is(err, ctlfile.ErrNotFound) {
+			d.log.Warn("re-reading control file", "msg", rr.Path, "error", err)
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"zsched/testagents"
 )
@@ -250,5 +251,121 @@ func (p *postoffice) rewrite(clause string) {
 	}
 	if err := os.WriteFile(p.config, append(b, clause...), 0o644); err != nil {
 		p.t.Fatal(err)
+	}
+}
+
+func TestShellAgent(t *testing.T) {
+	p := newPostoffice(t, "")
+	p.rewrite(fmt.Sprintf(`[[clause]]
+select = "smtp/*"
+command = ["/bin/sh", %q, "-c", "smtp"]
+maxring = 3
+`, p.agent(testagents.Script)))
+	rcpts := p.enqueue(10, 3, 4)
+	outs, _ := p.drain()
+	p.checkDrained(rcpts, outs, false)
+}
+
+// TestMisbehavingAgentsAreContained runs a scheduler whose agents for two
+// channels break the protocol (garbage) or hang past jobtimeout while a
+// third channel delivers normally: the good mail goes out, each fault is
+// logged, the faulty agents are killed, the scheduler stays responsive and
+// exits 0 on TERM, and the recipients of the faulty channels are still
+// pending in their control files — nothing lost.
+func TestMisbehavingAgentsAreContained(t *testing.T) {
+	p := newPostoffice(t, "")
+	p.rewrite(fmt.Sprintf(`[[clause]]
+select = "garbage/*"
+command = [%q, "-c", "garbage"]
+interval = "1s"
+retries = [1]
+
+[[clause]]
+select = "hang/*"
+command = [%q, "-c", "hang", "-ignore-term"]
+jobtimeout = "1s"
+
+[[clause]]
+select = "smtp/*"
+command = [%q, "-c", "smtp"]
+`, p.agent("garbage"), p.agent("hang"), p.agent("sink")))
+	var good []string
+	for i := 0; i < 5; i++ {
+		args := []string{"enqueue", "-from", "s@example.org", fmt.Sprintf("garbage/g.test/g%d@g.test", i),
+			fmt.Sprintf("hang/h.test/h%d@h.test", i), fmt.Sprintf("ok%d@good.test", i)}
+		good = append(good, fmt.Sprintf("ok%d@good.test", i))
+		if out, err := p.scheduler(args...).CombinedOutput(); err != nil {
+			t.Fatalf("enqueue: %v\n%s", err, out)
+		}
+	}
+	cmd := p.scheduler("run")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	delivered := map[string]bool{}
+	var sawGarbage, sawKill bool
+	var log []string
+	deadline := time.After(60 * time.Second)
+	for len(delivered) < len(good) || !sawGarbage || !sawKill {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("scheduler exited early:\n%s", tail(strings.Join(log, "\n"), 30))
+			}
+			log = append(log, l)
+			switch {
+			case strings.Contains(l, "misformed line from agent"):
+				sawGarbage = true
+			case strings.Contains(l, "killing agent") && strings.Contains(l, "job timeout"):
+				sawKill = true
+			case strings.Contains(l, "outcome:") && strings.Contains(l, "status=ok"):
+				for _, g := range good {
+					if strings.Contains(l, "to="+g+" ") {
+						delivered[g] = true
+					}
+				}
+			}
+		case <-deadline:
+			t.Fatalf("timed out: delivered %d/%d, garbage logged %v, hung agent killed %v\n%s",
+				len(delivered), len(good), sawGarbage, sawKill, tail(strings.Join(log, "\n"), 30))
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for range lines {
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("scheduler after TERM: %v", err)
+	}
+	// The faulty channels' recipients are still pending on disk.
+	pending := 0
+	filepath.WalkDir(filepath.Join(p.dir, "po", "transport"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), ".") {
+			return nil
+		}
+		b, _ := os.ReadFile(path)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "r ") && (strings.Contains(l, " garbage ") || strings.Contains(l, " hang ")) {
+				pending++
+			}
+		}
+		return nil
+	})
+	if pending != 10 {
+		t.Fatalf("%d faulty-channel recipients pending on disk, want 10", pending)
 	}
 }
