@@ -177,6 +177,11 @@ func (s *Scheduler) feed(a *agent, now time.Time) {
 	for a.jobs < limit && t.Startable(now) {
 		v := t.Ready.Pop()
 		s.orderFed(a.ring, v, now)
+		due := v.DueSince
+		if t.BackoffUntil.After(due) {
+			due = t.BackoffUntil
+		}
+		s.latency.Observe(now.Sub(due))
 		v.Agent = a.id
 		v.Attempts++
 		a.fifo = append(a.fifo, entry{kind: entryJob, v: v, msg: v.Msg, fed: now})

@@ -350,3 +350,31 @@ func TestCoreDoesNoIO(t *testing.T) {
 		t.Errorf("wall clock or global rand in the core:\n%s", src)
 	}
 }
+
+func TestDispatchLatencyCountsTheWaitForAnAgent(t *testing.T) {
+	s := sim.New(cfg(t, `
+[[clause]]
+select = "smtp/*"
+command = "sink"
+maxring = 1
+`), func(j sim.Job) sim.Response {
+		r := sim.Sink(j)
+		r.Delay = 10 * time.Second
+		return r
+	}, 1)
+	for i := 0; i < 4; i++ {
+		s.Enqueue(fmt.Sprintf("smtp/h%d.test/u", i))
+	}
+	run(t, s, time.Hour)
+	l := s.Core.Latency()
+	// One agent serves four due vertices 10 s apart: waits of 0, 10, 20, 30 s.
+	if l.Count() != 4 || l.Mean() != 15*time.Second {
+		t.Fatalf("%d dispatches, mean %v; want 4 and 15s", l.Count(), l.Mean())
+	}
+	if p := l.Quantile(1); p < 30*time.Second || p > 36*time.Second {
+		t.Fatalf("max latency bucket %v, want about 30s", p)
+	}
+	if p := l.Quantile(0.25); p > time.Microsecond {
+		t.Fatalf("p25 %v, want the first, immediate dispatch", p)
+	}
+}

@@ -116,8 +116,9 @@ type Scheduler struct {
 	nextSweep  time.Time
 	nextExpiry time.Time
 
-	stats Counters
-	ready Ready
+	stats   Counters
+	latency Latency
+	ready   Ready
 }
 
 // Counters are the scheduler's running totals.

@@ -132,7 +132,7 @@ func (s *Spool) Enqueue(m *Message) (rel string, err error) {
 	if err != nil {
 		return "", fmt.Errorf("ctlfile: enqueue: %w", err)
 	}
-	if _, err = f.Write(ctl); err == nil {
+	if _, err = f.Write(ctl); err == nil && !s.NoSync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -151,7 +151,7 @@ func (s *Spool) Enqueue(m *Message) (rel string, err error) {
 	}
 	committed = true
 	s.step("ctl-renamed")
-	if err = syncDirs(s.TransportDir(), tdir); err != nil {
+	if err = s.syncDirs(s.TransportDir(), tdir); err != nil {
 		// The message is in the queue; only its durability is in doubt.
 		return rel, err
 	}
@@ -182,7 +182,7 @@ func (s *Spool) writeBody(header, body []byte) (name, rel string, err error) {
 			return "", "", fmt.Errorf("ctlfile: enqueue: %w", err)
 		}
 		tmpName := tmp.Name()
-		ino, err := fillBody(tmp, header, body)
+		ino, err := fillBody(tmp, header, body, !s.NoSync)
 		if cerr := tmp.Close(); err == nil {
 			err = cerr
 		}
@@ -207,7 +207,7 @@ func (s *Spool) writeBody(header, body []byte) (name, rel string, err error) {
 		}
 		s.step("body-renamed")
 		// The control file must not become durable before the body's name.
-		if err := syncDirs(qdir, s.QueueDir()); err != nil {
+		if err := s.syncDirs(qdir, s.QueueDir()); err != nil {
 			os.Remove(filepath.Join(qdir, name))
 			return "", "", err
 		}
@@ -216,7 +216,7 @@ func (s *Spool) writeBody(header, body []byte) (name, rel string, err error) {
 	return "", "", errors.New("ctlfile: enqueue: every new inode's name is taken in the spool")
 }
 
-func fillBody(f *os.File, header, body []byte) (uint64, error) {
+func fillBody(f *os.File, header, body []byte, sync bool) (uint64, error) {
 	if err := f.Chmod(0o644); err != nil {
 		return 0, err
 	}
@@ -225,8 +225,10 @@ func fillBody(f *os.File, header, body []byte) (uint64, error) {
 	if _, err := f.Write(buf); err != nil {
 		return 0, err
 	}
-	if err := f.Sync(); err != nil {
-		return 0, err
+	if sync {
+		if err := f.Sync(); err != nil {
+			return 0, err
+		}
 	}
 	st, err := f.Stat()
 	if err != nil {

@@ -163,7 +163,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	for {
 		d.readSome()
 		if d.opt.Drain && len(d.toRead) == 0 && len(d.later) == 0 && d.core.Idle() {
-			d.log.Info("queue drained")
+			l := d.core.Latency()
+			c := d.core.Counters()
+			d.log.Info("queue drained", "delivered", c.Delivered, "failed", c.Failed,
+				"deferred", c.Deferred, "agents_started", c.Spawned, "dispatched", l.Count(),
+				"dispatch_p50", l.Quantile(0.5).String(), "dispatch_p99", l.Quantile(0.99).String())
 			return d.shutdown()
 		}
 		now := d.now()

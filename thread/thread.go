@@ -85,6 +85,7 @@ func (t *Thread) Wants(now time.Time) bool {
 func (t *Thread) Promote(now time.Time) {
 	for v := t.Waiting.Min(); v != nil && !v.NotBefore.After(now); v = t.Waiting.Min() {
 		t.Waiting.Remove(v)
+		v.DueSince = v.NotBefore
 		t.Ready.Push(v)
 	}
 }
@@ -114,6 +115,7 @@ func (t *Thread) Add(v *vertex.Vertex, now time.Time) {
 	if v.NotBefore.After(now) {
 		t.Waiting.Push(v)
 	} else {
+		v.DueSince = now
 		t.Ready.Push(v)
 	}
 }

@@ -50,6 +50,7 @@ type Vertex struct {
 	Attempts  int
 	Retry     int       // index into the clause's retries for this vertex's own deferrals
 	NotBefore time.Time // the vertex's own retry time; zero = due
+	DueSince  time.Time // when it last became due (for dispatch latency)
 	Expires   time.Time // arrival + expiry (zero = never)
 	Expires2  time.Time // arrival + expiry + expiry2 (zero = never)
 

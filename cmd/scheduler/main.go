@@ -35,6 +35,7 @@ commands:
   run      run the scheduler in the foreground (-drain: exit when the queue is empty)
   enqueue  write a message into the queue and notify the scheduler
   check    validate a configuration file and print the effective clauses
+  bench    generate a queue and time its drain with the sink agent
 
 Every command takes -config FILE (default $ZSCHED_CONFIG, else ./scheduler.toml).
 `)
@@ -54,6 +55,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdEnqueue(args, stdin, stdout, stderr)
 	case "check":
 		err = cmdCheck(args, stdout, stderr)
+	case "bench":
+		err = cmdBench(args, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
