@@ -33,6 +33,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	overfeed := fs.Int("overfeed", 8, "job lines outstanding per agent beyond one (overfeed)")
 	logLevel := fs.String("log", "info", "scheduler log level (info logs every outcome, as in production)")
 	keep := fs.Bool("keep", false, "keep the postoffice and log")
+	cpuprofile := fs.String("cpuprofile", "", "write the scheduler's CPU profile to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -95,7 +96,11 @@ overfeed = %d
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, "run", "-drain", "-config", cfgPath)
+	runArgs := []string{"run", "-drain", "-config", cfgPath}
+	if *cpuprofile != "" {
+		runArgs = append(runArgs, "-cpuprofile", *cpuprofile)
+	}
+	cmd := exec.Command(self, runArgs...)
 	logFile, err := os.Create(filepath.Join(dir, "scheduler.log"))
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -100,8 +101,20 @@ func newLogger(cfg *config.Config, w io.Writer) hclog.Logger {
 func cmdRun(args []string, stderr io.Writer) error {
 	fs, path := flags("run", stderr)
 	drain := fs.Bool("drain", false, "exit 0 once the queue is empty and no agent is busy")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
