@@ -17,16 +17,16 @@ type Status uint8
 
 // The nine status words of the ZMailer protocol.
 const (
-	Invalid Status = iota
-	OK             // success; the scheduler writes a d line if NOTIFY=SUCCESS
-	OK2            // success; the agent already wrote the d line
-	OK3            // success; no DSN duty
-	Error          // permanent failure; the scheduler writes the d line
-	Error2         // permanent failure; the agent already wrote the d line
-	Deferred       // temporary failure of this recipient
-	Deferback      // temporary failure of this message (after DATA)
-	RetryAt        // temporary failure of the site, retry at a given time
-	DeferAll       // site failure: connect, DNS, greeting, handshake, 421
+	Invalid   Status = iota
+	OK               // success; the scheduler writes a d line if NOTIFY=SUCCESS
+	OK2              // success; the agent already wrote the d line
+	OK3              // success; no DSN duty
+	Error            // permanent failure; the scheduler writes the d line
+	Error2           // permanent failure; the agent already wrote the d line
+	Deferred         // temporary failure of this recipient
+	Deferback        // temporary failure of this message (after DATA)
+	RetryAt          // temporary failure of the site, retry at a given time
+	DeferAll         // site failure: connect, DNS, greeting, handshake, 421
 )
 
 var statusNames = [...]string{

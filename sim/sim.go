@@ -387,7 +387,6 @@ func (s *Sim) Step() bool {
 }
 
 func (s *Sim) deliver(e *event) {
-	if Debug != nil { Debug(e.at.Sub(Epoch), e.agent, e.line, e.exit) }
 	a := s.Agents[e.agent]
 	switch {
 	case e.exit:
@@ -443,4 +442,3 @@ func (s *Sim) Final() map[string]int {
 	}
 	return f
 }
-var Debug func(...any)
