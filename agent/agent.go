@@ -326,6 +326,30 @@ func (p *Proc) End() {
 	p.cond.Signal()
 }
 
+// CloseInput is End without the empty line: once the backlog is written it
+// writes partial, which must not contain "\n", unterminated, then gives the
+// agent EOF on its input (a pty gets EOT twice after a partial line, the
+// first only ending the read). The scheduler always uses End; the
+// conformance kit (tacheck) uses this to check that an agent takes a plain
+// half-close, and a partial last line, as the end of work. Idempotent, and
+// a no-op after End or Kill.
+func (p *Proc) CloseInput(partial string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ending || p.stopped || strings.IndexByte(partial, '\n') >= 0 {
+		return
+	}
+	n := len(p.queued)
+	p.queued = append(p.queued, partial...)
+	if partial != "" {
+		p.queued = append(p.queued, p.w.eot...)
+	}
+	p.queued = append(p.queued, p.w.eot...)
+	p.backlog += len(p.queued) - n
+	p.ending = true
+	p.cond.Signal()
+}
+
 // Kill terminates the agent: its backlog is dropped and its input closed,
 // then SIGTERM, then SIGKILL after grace if it is still alive (at once if
 // grace <= 0). Idempotent; never blocks. The Exited event follows as usual.

@@ -15,6 +15,8 @@ type Scheduler struct {
 	LogFormat            string   // text|json; default text
 	ControlSocket        string   // default <postoffice>/transport/.scheduler.sock
 	ControlGroup         string   // group allowed on the control socket; "" = owner only
+	ControlListen        string   // MAILQ v2 TCP listener; "" = off; a bare port or ":port" = loopback
+	ControlAuth          string   // auth file for ControlListen (user:password:ATTRS:addresses); required with it
 	NotifySocket         string   // default <postoffice>/transport/.scheduler.notify
 	MetricsListen        string   // "" = off; loopback only unless MetricsPublic
 	MetricsPublic        bool     // allow MetricsListen off loopback
@@ -24,6 +26,7 @@ type Scheduler struct {
 	MessageActiveLimit   int      // messages in core; default 20000 (qmgr_message_active_limit)
 	RecipientActiveLimit int      // recipients in core; default 20000 (qmgr_message_recipient_limit)
 	ShutdownTimeout      Duration // how long TERM waits for agents; default 10s
+	DelayWarningTime     Duration // a message still queued this long warns senders who asked for NOTIFY=DELAY; 0 = off (default, as Postfix)
 }
 
 // Clause is one [[clause]] after the overlay: built-in defaults, then the file's
@@ -57,7 +60,7 @@ type Clause struct {
 	InitialConcurrency   int      // starting window; default 5, at most MaxThr
 	PositiveFeedback     Feedback // default 1/concurrency
 	NegativeFeedback     Feedback // default 1/concurrency
-	FailedCohortLimit    int      // default 1
+	FailedCohortLimit    int      // default 1; 0 = a destination is never declared dead
 	DeliverySlotCost     int      // default 5; 0 = no preemption
 	DeliverySlotLoan     int      // default 3
 	DeliverySlotDiscount int      // percent, 0..100; default 50

@@ -181,6 +181,8 @@ var schedulerKeys = map[string]schedulerSetter{
 	"log_format":     func(s *Scheduler, v any) error { return setWord(&s.LogFormat, v, "text", "json") },
 	"control_socket": func(s *Scheduler, v any) error { return setPath(&s.ControlSocket, v) },
 	"control_group":  func(s *Scheduler, v any) error { return setID(&s.ControlGroup, v) },
+	"control_listen": func(s *Scheduler, v any) error { return setString(&s.ControlListen, v) },
+	"control_auth":   func(s *Scheduler, v any) error { return setPath(&s.ControlAuth, v) },
 	"notify_socket":  func(s *Scheduler, v any) error { return setPath(&s.NotifySocket, v) },
 	"metrics_listen": func(s *Scheduler, v any) error { return setString(&s.MetricsListen, v) },
 	"metrics_public": func(s *Scheduler, v any) error { return setBool(&s.MetricsPublic, v) },
@@ -194,6 +196,9 @@ var schedulerKeys = map[string]schedulerSetter{
 		return setInt(&s.RecipientActiveLimit, v, 1, math.MaxInt)
 	},
 	"shutdown_timeout": func(s *Scheduler, v any) error { return setDuration(&s.ShutdownTimeout, v, false) },
+	"delay_warning_time": func(s *Scheduler, v any) error {
+		return setDuration(&s.DelayWarningTime, v, false)
+	},
 }
 
 func (p *parser) scheduler(s *Scheduler, m map[string]any, tl *tableLines) {
@@ -232,6 +237,12 @@ func (p *parser) finishScheduler(s *Scheduler, tl *tableLines, postofficeWritten
 	}
 	if s.StateLog != "" {
 		s.StateLog = p.resolve(s.StateLog)
+	}
+	if s.ControlAuth != "" {
+		s.ControlAuth = p.resolve(s.ControlAuth)
+	}
+	if s.ControlListen != "" && s.ControlAuth == "" {
+		p.errorf(tl.line("control_listen"), "scheduler.control_listen", "needs control_auth: the TCP listener speaks MAILQ v2 AUTH")
 	}
 	if s.MetricsListen != "" {
 		loopback, err := checkListen(s.MetricsListen)
@@ -687,7 +698,7 @@ var zmailerOnly = map[string]string{
 	"sysnice":           "it renices the scheduler itself; run the scheduler under nice instead",
 	"wakeuprestartonly": "zsched never restarts a backing-off thread on arrival (quirk Q6)",
 	"bychannel":         "obsolete in ZMailer too",
-	"reporttimes":       "delay reports are not implemented",
+	"reporttimes":       "use [scheduler] delay_warning_time (one delay warning per message)",
 	"deliveryform":      "ZMailer never applied it (quirk Q12)",
 	"expiryform":        "ZMailer never applied it (quirk Q12)",
 	"byhost":            "obsolete in ZMailer too; a standalone $host in command binds a ring to a host",

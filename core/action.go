@@ -15,7 +15,10 @@ type Arrival struct {
 	ID      string // body file name
 	Arrival time.Time
 	Bounce  bool
-	Groups  []Group
+	// Warned says a delay warning was already sent for the message (a d
+	// line with action "delayed" in the file): not again after a restart.
+	Warned bool
+	Groups []Group
 }
 
 // Group is the pending recipients of one (channel, host).
@@ -38,6 +41,9 @@ type Spawn struct {
 type Write struct {
 	Agent int
 	Line  string
+	// Due is when the vertex of a job line became due (zero for other
+	// lines): the start of its dispatch latency.
+	Due time.Time
 }
 
 // Stop ends an agent: gracefully (an empty line and half-close) or, with
@@ -86,6 +92,17 @@ type Complete struct {
 	Inum   int64
 	Diags  bool
 	Bounce bool
+	// Killed: the operator killed the message; remove its files, send no
+	// DSN.
+	Killed bool
+}
+
+// DSN asks for a delivery status notification now from the message's d
+// lines not yet reported, while the message stays queued (a delay warning).
+type DSN struct {
+	Path string
+	ID   string
+	Inum int64
 }
 
 // Reread asks for the control file to be read again and the result given to
@@ -104,10 +121,11 @@ type Ready struct {
 	Outcomes  []Outcome
 	Completes []Complete
 	Rereads   []Reread
+	DSNs      []DSN // after Diags: the d lines they report are written
 }
 
 // Empty reports whether there is nothing to do.
 func (r *Ready) Empty() bool {
 	return len(r.Spawns)+len(r.Writes)+len(r.Stops)+len(r.Diags)+
-		len(r.Outcomes)+len(r.Completes)+len(r.Rereads) == 0
+		len(r.Outcomes)+len(r.Completes)+len(r.Rereads)+len(r.DSNs) == 0
 }

@@ -15,6 +15,9 @@ import (
 // returns how many threads got an agent.
 func (s *Scheduler) serve(r *ring.Ring, now time.Time, limit int) int {
 	n := 0
+	if s.quiet {
+		return 0
+	}
 	for limit < 0 || n < limit {
 		t := r.Best(nil)
 		if t == nil {
@@ -23,6 +26,9 @@ func (s *Scheduler) serve(r *ring.Ring, now time.Time, limit int) int {
 		a := s.obtain(r, t, now)
 		if a == nil {
 			return n
+		}
+		if s.orderPick(r, now) {
+			t = r.Best(nil) // a job was moved in front: its thread first
 		}
 		s.attach(a, t, now)
 		n++
@@ -174,7 +180,11 @@ func (s *Scheduler) detach(a *agent, now time.Time) {
 func (s *Scheduler) feed(a *agent, now time.Time) {
 	t := a.thread
 	limit := s.clause(a.clause).Overfeed + 1
-	for a.jobs < limit && t.Startable(now) {
+	// An agent takes no new job while its thread has more agents than its
+	// window allows: negative feedback must take effect on agents already
+	// attached, not only on new ones (Postfix checks the window per delivery).
+	for !s.quiet && a.jobs < limit && t.Startable(now) && t.Busy <= t.Window.Limit() {
+		s.orderPickFrom(a.ring, t, now)
 		v := t.Ready.Pop()
 		s.orderFed(a.ring, v, now)
 		due := v.DueSince
@@ -190,7 +200,7 @@ func (s *Scheduler) feed(a *agent, now time.Time) {
 		if !a.ring.HostBound {
 			line += "\t" + v.Host
 		}
-		s.ready.Writes = append(s.ready.Writes, Write{Agent: a.id, Line: line})
+		s.ready.Writes = append(s.ready.Writes, Write{Agent: a.id, Line: line, Due: due})
 	}
 	s.ring(t).Update(t, now)
 	s.timers.set(t, t.NextWake(now))
@@ -209,6 +219,13 @@ func (s *Scheduler) next(a *agent, now time.Time) {
 	if a.state == ending {
 		return
 	}
+	if c := s.clause(a.clause); a.ring.Agents > c.MaxRing && a.ring.Agents-s.ending(a.ring) > c.MaxRing {
+		// maxring was lowered by a reload: the ring shrinks as agents
+		// come free.
+		s.end(a, "ring over maxring")
+		return
+	}
+	s.orderPick(a.ring, now)
 	if t := a.ring.Best(nil); t != nil && !s.clause(t.Clause).QueueOnly {
 		s.attach(a, t, now)
 		if a.jobs > 0 {
@@ -239,6 +256,11 @@ func (s *Scheduler) AgentLine(now time.Time, id int, line string) {
 		l, err := report.Parse(line)
 		if err != nil {
 			s.garbage(a, now, err.Error(), line)
+			return
+		}
+		if _, in := s.msgs[l.Inum]; !in && a.holds(l.Inum) {
+			// Killed or dropped from core while the agent worked on it.
+			s.log.Debug("report for a message no longer in core", "agent", id, "line", line)
 			return
 		}
 		s.report(a, l, now)
@@ -388,6 +410,9 @@ func (s *Scheduler) kill(a *agent, reason string, now time.Time) {
 
 func (s *Scheduler) sweepAgents(now time.Time) {
 	for _, a := range s.agents {
+		if a.clause < 0 {
+			continue // retired by a reload that left it no clause; ending
+		}
 		c := s.clause(a.clause)
 		switch {
 		case a.jobs > 0 && c.JobTimeout > 0 && now.Sub(a.heard) >= c.JobTimeout.D():

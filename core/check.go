@@ -69,6 +69,10 @@ func (s *Scheduler) Check(now time.Time) error {
 				if t.WakeIndex < 0 {
 					return fmt.Errorf("thread %s/%s has waiting vertices but no timer", t.Channel, t.Host)
 				}
+			case m.Held && !v.Queued():
+				if s.heldMsgs[inum] != m {
+					return fmt.Errorf("msg %d: held but not in the held set", inum)
+				}
 			default:
 				return fmt.Errorf("msg %d: vertex %s/%s is watched by nothing", inum, v.Channel, v.Host)
 			}
@@ -81,6 +85,9 @@ func (s *Scheduler) Check(now time.Time) error {
 		if t.Ready.Len() > 0 && t.BackingOff(now) && t.WakeIndex < 0 {
 			return fmt.Errorf("thread %s/%s backs off with ready work but no timer", k.Channel, k.Host)
 		}
+		if t.Window.Dead() && !t.BackingOff(now) && t.Ready.Len() > 0 {
+			return fmt.Errorf("thread %s/%s: dead past its retry time with ready work", k.Channel, k.Host)
+		}
 		r := s.rings[s.ringKey(t)]
 		if r == nil {
 			return fmt.Errorf("thread %s/%s has no ring", k.Channel, k.Host)
@@ -90,6 +97,11 @@ func (s *Scheduler) Check(now time.Time) error {
 		}
 		if t.Wants(now) && r.Idle != nil && len(r.Idle) > 0 && !r.HostBound {
 			return fmt.Errorf("thread %s/%s wants an agent while its ring has %d idle", k.Channel, k.Host, len(r.Idle))
+		}
+	}
+	for _, r := range s.rings {
+		if err := r.CheckJobs(); err != nil {
+			return err
 		}
 	}
 	return nil

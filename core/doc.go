@@ -17,8 +17,17 @@
 //  3. After each event call Ready and carry out its actions in the order of
 //     its fields: spawn agents, write lines, stop agents, append d lines, log
 //     outcomes, complete messages, re-read files (feeding each result back
-//     through Reread before the next event).
+//     through Reread before the next event), send the DSNs asked for.
 //  4. Sleep until NextWakeup or the next event, whichever is first.
+//
+// What the core learns about destinations (concurrency windows, dead-until
+// times) is not in the queue files: Destinations exports it for the caller
+// to save, and Learn, called after New, restores it.
+//
+// Operator commands (ops.go: HoldThread, HoldMessage, Turn for ETRN, Flush,
+// Kill, Reconfigure for a reload, Quiesce at shutdown) are events like the
+// others: call them with now and carry out Ready afterwards. The views
+// (Rings, Message for WHY, Shape, Gauges, AgentViews) change nothing.
 //
 // Agents are named by ids the core chooses (Spawn.Agent); the caller maps
 // them to processes.

@@ -3,24 +3,125 @@ package core
 import (
 	"time"
 
+	"zsched/config"
 	"zsched/ring"
+	"zsched/thread"
 	"zsched/vertex"
 )
 
-// The ring's feed order. Every vertex carries a Rank; threads feed their
-// lowest rank first and rings offer the thread holding the lowest rank.
-// These hooks are where the ring's job lists learn of messages and slots;
-// the plain FIFO order needs nothing but the message's arrival sequence.
+// The ring's feed order (DESIGN §7). Every vertex carries a Rank; threads
+// feed their lowest rank first and rings offer the thread holding the
+// lowest rank. Each ring keeps Postfix's job lists (package ring): with
+// order "preemptive" and "fifo" a vertex's rank is its job's place on the
+// scheduler's list, which preemption reorders; "random" and "age" rank
+// vertices here and the lists only count.
+//
+// The hooks, and where the core calls them:
+//   - orderAdd: a vertex is placed in a ring (arrival, reload, routing),
+//     before it goes on its thread's heap;
+//   - orderPick: a vertex is about to be picked in the ring — before
+//     ring.Best in next and serve, before the pop in feed. The first call
+//     after a slot makes Postfix's preemption attempt; later ones before
+//     the next slot do nothing.
+//   - orderFed: a vertex was picked: one slot for its job;
+//   - orderRequeue: a fed vertex goes back on its thread's heap (deferred);
+//   - orderDone: a vertex leaves its ring (done, expired, dropped, or moved
+//     to another ring by a reload).
 
 // orderAdd ranks the new vertices of message m in ring r.
 func (s *Scheduler) orderAdd(r *ring.Ring, m *vertex.Message, vs []*vertex.Vertex, now time.Time) {
+	c := s.configure(r)
 	for _, v := range vs {
-		v.Rank = float64(m.Seq)
+		r.AddEntry(v, now)
+		s.rankOwn(c, v)
+	}
+}
+
+// orderPick makes the ring's preemption attempt before a pick; true when a
+// job moved, so that the ring's best thread may have changed.
+func (s *Scheduler) orderPick(r *ring.Ring, now time.Time) bool {
+	if c := s.configure(r); c.Order != config.OrderPreemptive {
+		return false
+	}
+	s.picker.s, s.picker.r, s.picker.now = s, r, now
+	return r.Preempt(now, &s.picker)
+}
+
+// orderPickFrom is orderPick for an agent about to feed from its thread t,
+// which an earlier pop in the same feed may have left out of place in the
+// ring's wanting heap.
+func (s *Scheduler) orderPickFrom(r *ring.Ring, t *thread.Thread, now time.Time) {
+	if r.PreemptPending() {
+		s.ring(t).Update(t, now)
+		s.orderPick(r, now)
 	}
 }
 
 // orderFed counts one slot for v's job in its ring when v is fed.
-func (s *Scheduler) orderFed(r *ring.Ring, v *vertex.Vertex, now time.Time) {}
+func (s *Scheduler) orderFed(r *ring.Ring, v *vertex.Vertex, now time.Time) { r.Select(v) }
 
-// orderDone tells the ring v has no recipient left.
-func (s *Scheduler) orderDone(v *vertex.Vertex) {}
+// orderRequeue counts a fed vertex as queued again, before it goes back on
+// its thread's heap.
+func (s *Scheduler) orderRequeue(v *vertex.Vertex, now time.Time) {
+	t := s.threadOf(v)
+	if t == nil {
+		return
+	}
+	r := s.ring(t)
+	c := s.configure(r)
+	r.Requeue(v, now)
+	s.rankOwn(c, v)
+}
+
+// orderDone tells the ring v left it.
+func (s *Scheduler) orderDone(v *vertex.Vertex) { ring.Forget(v) }
+
+// configure gives the ring its clause's order and knobs (a reload may have
+// changed them) and returns the clause.
+func (s *Scheduler) configure(r *ring.Ring) *config.Clause {
+	c := s.clause(r.Clause)
+	k := ring.Knobs{
+		Cost:     c.DeliverySlotCost,
+		Loan:     c.DeliverySlotLoan,
+		Discount: c.DeliverySlotDiscount,
+		MinSlots: c.MinimumDeliverySlots,
+	}
+	if c.Order != config.OrderPreemptive {
+		k.Cost = 0
+	}
+	r.Configure(c.Order == config.OrderPreemptive || c.Order == config.OrderFIFO, k)
+	return c
+}
+
+// rankOwn ranks v for the orders that do not follow the job list: ZMailer's
+// shuffle (a fresh random place at every queueing, from the injected rand)
+// and ageorder (oldest message file first).
+func (s *Scheduler) rankOwn(c *config.Clause, v *vertex.Vertex) {
+	switch c.Order {
+	case config.OrderRandom:
+		v.Rank = s.rng.Float64()
+	case config.OrderAge:
+		a := v.Msg.Arrival
+		v.Rank = float64(a.Unix()) + float64(a.Nanosecond())/1e9
+	}
+}
+
+// orderPicker is the ring's view of the core's threads (ring.Picker).
+type orderPicker struct {
+	s   *Scheduler
+	r   *ring.Ring
+	now time.Time
+}
+
+// Open reports whether a free agent could be given v now.
+func (p *orderPicker) Open(v *vertex.Vertex) bool {
+	t := p.s.threadOf(v)
+	return t != nil && v.In(&t.Ready) && t.Wants(p.now)
+}
+
+// Moved restores the ring's wanting heap after v's rank changed.
+func (p *orderPicker) Moved(v *vertex.Vertex) {
+	if t := p.s.threadOf(v); t != nil {
+		p.r.Update(t, p.now)
+	}
+}

@@ -38,9 +38,9 @@ func (s *Scheduler) report(a *agent, l report.Line, now time.Time) {
 	}
 	rc := v.Rcpts[i]
 	if !l.Notary.IsZero() {
-		v.LastNotary = l.Notary
+		v.SetLastNotary(l.Notary)
 	}
-	v.LastText = l.Text
+	v.SetLastText(l.Text)
 	switch l.Status.Class() {
 	case report.Delivered:
 		v.Drop(i)
@@ -63,9 +63,9 @@ func (s *Scheduler) report(a *agent, l report.Line, now time.Time) {
 	case report.Transient:
 		e.deferred = append(e.deferred, deferral{offset: rc.Offset, status: l.Status, text: l.Text})
 	case report.SiteFailed:
-		e.deferred = append(e.deferred, deferral{offset: rc.Offset, status: l.Status, text: l.Text})
+		at := s.siteFailure(s.threads[thread.Key{Clause: v.Clause, Channel: v.Channel, Host: v.Host}], l, now)
+		e.deferred = append(e.deferred, deferral{offset: rc.Offset, status: l.Status, text: l.Text, at: at})
 		v.SiteFailed = true
-		s.siteFailure(s.threads[thread.Key{Clause: v.Clause, Channel: v.Channel, Host: v.Host}], l, now)
 	}
 }
 
@@ -99,9 +99,10 @@ func (s *Scheduler) finish(a *agent, e entry, now time.Time, why string) {
 	siteFailed := v.SiteFailed
 	v.SiteFailed = false
 
+	siteAt := siteRetry(e)
 	if t != nil {
 		t.Attempts++
-		s.feedback(t, siteFailed, now)
+		s.feedback(t, siteFailed, siteAt, now)
 	}
 
 	if len(v.Rcpts) > 0 {
@@ -111,10 +112,12 @@ func (s *Scheduler) finish(a *agent, e entry, now time.Time, why string) {
 		switch {
 		case resynced && !siteFailed && len(e.deferred) == 0 && v.Msg.Resyncs <= 3:
 			next = now // the file was re-read; try again at once
-		case siteFailed && t != nil:
-			next = t.BackoffUntil
+		case siteFailed && t != nil && t.BackingOff(now):
+			next = t.BackoffUntil // the destination is dead
+		case siteFailed && siteAt.After(now):
+			next = siteAt // the agent's retryat
 		default:
-			next = s.schedule(c).Next(now, &v.Retry, s.rng)
+			next = s.vertexRetry(c, v, now)
 		}
 		expire := !v.Expires.IsZero() && !now.Before(v.Expires)
 		for _, r := range v.Rcpts {
@@ -128,11 +131,15 @@ func (s *Scheduler) finish(a *agent, e entry, now time.Time, why string) {
 				continue // a resynced job's recipient: no attempt was made
 			}
 			s.stats.Deferred++
-			if expire {
-				s.outcome(a, v, r, st, text, now, time.Time{})
-			} else {
-				s.outcome(a, v, r, st, text, now, next)
+			if !reported && text != "" {
+				v.SetLastText(text)
 			}
+			if expire {
+				// expire logs the recipient's one final outcome, with
+				// this attempt's text.
+				continue
+			}
+			s.outcome(a, v, r, st, text, now, next)
 		}
 		if expire {
 			s.expire(v, now)
@@ -143,6 +150,7 @@ func (s *Scheduler) finish(a *agent, e entry, now time.Time, why string) {
 				v.NotBefore = time.Time{}
 			}
 			if t != nil {
+				s.orderRequeue(v, now)
 				t.Add(v, now)
 			}
 		}
@@ -263,6 +271,7 @@ func (s *Scheduler) drop(m *vertex.Message, now time.Time) {
 	delete(s.msgs, m.Inum)
 	for _, v := range m.Vertices {
 		t := s.threadOf(v)
+		s.orderDone(v)
 		if v.Clause < 0 {
 			s.removeUnmatched(v)
 		}

@@ -1,6 +1,10 @@
 package core
 
 import (
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"zsched/config"
@@ -9,46 +13,86 @@ import (
 	"zsched/vertex"
 )
 
-// siteFailure backs off the whole destination at the first site failure of
-// a run: no agent is fed from it until its retry time, which retryat sets
-// when the agent gives one.
-func (s *Scheduler) siteFailure(t *thread.Thread, l report.Line, now time.Time) {
-	if t == nil || t.BackingOff(now) {
-		return
+// Retry, expiry and delay warnings (DESIGN §9).
+//
+// Two levels of retry. A vertex whose attempt failed waits for its own
+// next time, from its own index into the clause's retries (or the agent's
+// retryat after a site failure). A destination declared dead by site
+// failures (feedback.go) backs off as a whole, with the thread's index or
+// retryat. Each index advances once per failed run. A thread backing off is
+// not fed, whatever arrives meanwhile (ZMailer restarts it on every
+// arrival, Q6); Thread (ops.go) says so.
+//
+// Expiry. A vertex past arrival+expiry expires
+//   - at its next failed attempt (finish in report.go); its own retry time is
+//     never set past that deadline, so a last attempt happens at the deadline;
+//   - at the expiry sweep, if it waits after a failed attempt (its retry time,
+//     e.g. an agent's retryat, lies past the deadline) or its destination is
+//     backing off: waiting longer would only bounce it late.
+//
+// Any vertex past arrival+expiry+expiry2 expires at the sweep, attempted or
+// not (held, queueonly, or never reached). Arrival is the body file's
+// mtime, so deadlines survive restarts; ZMailer's attempts-in-this-process
+// rule (Q20) does not apply: after a restart the first attempt comes at
+// once and, past the deadline, its failure expires the recipient. Operator
+// holds keep a recipient until expiry2. The sweep runs every expiryEvery.
+//
+// Delay warnings. With delay_warning_time set, a message still queued that
+// long gets, once, a d line with action "delayed" for each pending recipient
+// whose NOTIFY has DELAY, and a DSN action to report them at once.
+
+// notifyDelay is ctlfile.NotifyDelay, without importing the edge package.
+const notifyDelay = 8
+
+// siteFailure notes a site-failure report (deferall, retryat) on its
+// destination and returns the time the agent asked for with retryat, zero
+// if none (or one not in the future). It does not stop the destination:
+// feedback shrinks the window, and backs the whole thread off once the
+// failures declare it dead (feedback.go).
+func (s *Scheduler) siteFailure(t *thread.Thread, l report.Line, now time.Time) time.Time {
+	if t != nil {
+		t.LastText = l.Status.String()
+		if l.Text != "" {
+			t.LastText += " " + l.Text
+		}
 	}
-	c := s.clause(t.Clause)
-	at := s.schedule(c).Next(now, &t.Retry, s.rng)
-	if secs, ok := l.RetryAfter(now.Unix()); ok {
-		at = now.Add(time.Duration(secs) * time.Second)
+	if secs, ok := l.RetryAfter(now.Unix()); ok && secs > 0 {
+		return thread.At(now, secs)
 	}
-	t.BackoffUntil = at
-	t.SiteFailures++
-	t.LastText = l.Text
-	s.log.Debug("destination backs off", "channel", t.Channel, "host", t.Host, "until", at, "status", l.Status)
-	s.touch(t, now)
+	return time.Time{}
 }
 
 func (s *Scheduler) schedule(c *config.Clause) thread.Schedule {
 	return thread.Schedule{Interval: c.Interval.D(), Retries: c.Retries, Skew: c.Skew}
 }
 
-// expire gives up on a vertex's remaining recipients: a d line each (the
-// last agent notary, or 5.4.7) so the DSN can tell the sender.
-func (s *Scheduler) expire(v *vertex.Vertex, now time.Time) {
-	n := v.LastNotary
-	text := "expired after " + now.Sub(v.Msg.Arrival).Truncate(time.Second).String()
-	if v.LastText != "" {
-		text += ": " + v.LastText
+// vertexRetry is the next time of a vertex deferred on its own, never past
+// its expiry deadline: the last attempt happens at the deadline, so the
+// recipient expires on time instead of up to one retry step late.
+func (s *Scheduler) vertexRetry(c *config.Clause, v *vertex.Vertex, now time.Time) time.Time {
+	next := s.schedule(c).Next(now, &v.Retry, s.rng)
+	if !v.Expires.IsZero() && now.Before(v.Expires) && next.After(v.Expires) {
+		next = v.Expires
 	}
-	for len(v.Rcpts) > 0 {
-		r := v.Drop(len(v.Rcpts) - 1)
-		rn := n
-		if rn.IsZero() {
-			rn = report.Notary{Recipient: r.User, Action: "failed", Status: "5.4.7 (unspecified timeout failure)",
-				Diagnostic: "x-local; 500 (" + text + ")"}
+	return next
+}
+
+// expire gives up on a vertex's remaining recipients: a d line each (the
+// last agent notary, or a 5.4.7 one) so the DSN can tell the sender.
+func (s *Scheduler) expire(v *vertex.Vertex, now time.Time) {
+	text := "expired after " + age(now.Sub(v.Msg.Arrival))
+	if v.LastText() != "" {
+		text += ": " + v.LastText()
+	}
+	for _, r := range v.Rcpts {
+		n := v.LastNotary()
+		if n.IsZero() {
+			n = report.Notary{Status: "5.4.7 (delivery time expired)", Diagnostic: "x-local; 500 (" + text + ")"}
 		}
-		rn.Action = "failed"
-		s.diag(v.Msg, r, rn, text)
+		// The vertex's last notary may name another of its recipients.
+		n.Recipient = r.User
+		n.Action = "failed"
+		s.diag(v.Msg, r, n, text)
 		s.stats.Expired++
 		s.ready.Outcomes = append(s.ready.Outcomes, Outcome{
 			Path: v.Msg.Path, Inum: v.Msg.Inum, Offset: r.Offset, User: r.User,
@@ -56,26 +100,142 @@ func (s *Scheduler) expire(v *vertex.Vertex, now time.Time) {
 			Delay: now.Sub(v.Msg.Arrival), Attempts: v.Attempts, Text: text,
 		})
 	}
+	v.Msg.Pending -= len(v.Rcpts)
+	v.Rcpts = v.Rcpts[:0]
 }
 
-// sweepExpiry expires vertices past arrival+expiry+expiry2 that no attempt
-// would reach (a dead or queueonly destination, a held message).
-func (s *Scheduler) sweepExpiry(now time.Time) {
-	for _, t := range s.threads {
-		var due []*vertex.Vertex
-		collect := func(v *vertex.Vertex) {
-			if !v.Expires2.IsZero() && !now.Before(v.Expires2) {
-				due = append(due, v)
-			}
-		}
-		t.Ready.Each(collect)
-		t.Waiting.Each(collect)
-		for _, v := range due {
-			s.expire(v, now)
-			s.dropVertex(v, t)
-		}
-		if len(due) > 0 {
-			s.touch(t, now)
+// age formats a queue age for people: "5d", "2d3h0m0s", "3s".
+func age(d time.Duration) string {
+	d = d.Truncate(time.Second)
+	const day = 24 * time.Hour
+	if d < day {
+		return d.String()
+	}
+	s := strconv.FormatInt(int64(d/day), 10) + "d"
+	if rest := d % day; rest > 0 {
+		s += rest.String()
+	}
+	return s
+}
+
+// expiryEvery is the expiry sweep's period: the shortest retry interval of
+// any clause, within [1s, 1m]. Deadlines are met to within that period
+// (ZMailer: 15 minutes) while a queue of many vertices is walked at most
+// once a minute under ordinary intervals.
+func (s *Scheduler) expiryEvery() time.Duration {
+	every := expirySweepEvery
+	for i := range s.cfg.Clauses {
+		if iv := s.cfg.Clauses[i].Interval.D(); iv > 0 && iv < every {
+			every = iv
 		}
 	}
+	return max(every, time.Second)
+}
+
+// sweepExpiry expires what no attempt will reach in time: vertices past
+// expiry whose destination is backing off, and any vertex past expiry2.
+// Effects come out in message order, whatever the maps' order.
+func (s *Scheduler) sweepExpiry(now time.Time) {
+	var due []*vertex.Vertex
+	for _, t := range s.threads {
+		backingOff := t.BackingOff(now)
+		collect := func(waiting bool) func(*vertex.Vertex) {
+			return func(v *vertex.Vertex) {
+				failed := (waiting || backingOff) && !t.Held && !v.Msg.Held
+				if expired(v.Expires2, now) || failed && expired(v.Expires, now) {
+					due = append(due, v)
+				}
+			}
+		}
+		t.Ready.Each(collect(false))
+		t.Waiting.Each(collect(true))
+	}
+	slices.SortFunc(due, func(a, b *vertex.Vertex) int {
+		if c := cmp.Compare(a.Msg.Seq, b.Msg.Seq); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Channel, b.Channel); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Host, b.Host)
+	})
+	var touched []*thread.Thread
+	seen := make(map[*thread.Thread]bool)
+	for _, v := range due {
+		t := s.threadOf(v)
+		s.expire(v, now)
+		s.dropVertex(v, t)
+		if t != nil && !seen[t] {
+			seen[t] = true
+			touched = append(touched, t)
+		}
+	}
+	for _, t := range touched {
+		s.touch(t, now)
+	}
+	s.warnDelayed(now)
+}
+
+func expired(deadline, now time.Time) bool { return !deadline.IsZero() && !now.Before(deadline) }
+
+// warnDelayed writes the delay warnings that are due.
+func (s *Scheduler) warnDelayed(now time.Time) {
+	after := s.cfg.Scheduler.DelayWarningTime.D()
+	if after <= 0 {
+		return
+	}
+	var due []*vertex.Message
+	for _, m := range s.msgs {
+		if !m.Warned && m.Pending > 0 && !m.Arrival.IsZero() && !now.Before(m.Arrival.Add(after)) {
+			due = append(due, m)
+		}
+	}
+	slices.SortFunc(due, func(a, b *vertex.Message) int { return cmp.Compare(a.Seq, b.Seq) })
+	for _, m := range due {
+		s.warn(m, now)
+	}
+}
+
+// warn writes a message's delay warning: a d line with action "delayed" for
+// each pending recipient that asked for NOTIFY=DELAY, then asks for the
+// DSN. It is done once per message, asked for or not.
+func (s *Scheduler) warn(m *vertex.Message, now time.Time) {
+	m.Warned = true
+	n := 0
+	text := "delayed for " + age(now.Sub(m.Arrival)) + "; still trying"
+	for _, v := range m.Vertices {
+		for _, r := range v.Rcpts {
+			if r.Notify&notifyDelay == 0 {
+				continue
+			}
+			nt := report.Notary{Recipient: r.User, Action: "delayed", Status: "4.0.0"}
+			if ln := v.LastNotary(); !ln.IsZero() {
+				nt.Status = transient(ln.Status)
+				nt.Diagnostic = ln.Diagnostic
+				nt.RemoteMTA = ln.RemoteMTA
+			}
+			t := text
+			if v.LastText() != "" {
+				t += ": " + v.LastText()
+			}
+			s.diag(m, r, nt, t)
+			n++
+		}
+	}
+	if n > 0 {
+		s.ready.DSNs = append(s.ready.DSNs, DSN{Path: m.Path, ID: m.ID, Inum: m.Inum})
+	}
+}
+
+// transient turns an agent's status code into a 4.x.x one for a delay
+// report: ZMailer's smtp writes 5.4.1 for a refused connection it will
+// retry (zmailer-ta-observed R4), which a "delayed" action contradicts.
+func transient(status string) string {
+	if status == "" {
+		return "4.0.0"
+	}
+	if status[0] == '5' || status[0] == '2' {
+		return "4" + status[1:]
+	}
+	return status
 }

@@ -71,6 +71,7 @@ type deferral struct {
 	offset int64
 	status report.Status
 	text   string
+	at     time.Time // a site failure's retryat time; zero if none
 }
 
 type agent struct {
@@ -112,6 +113,7 @@ type Scheduler struct {
 	forks      int
 
 	clauses    map[[2]string]int // (channel, host) → clause index, -1 none
+	dests      destinations      // learned state of destinations without a thread
 	unmatched  []*vertex.Vertex
 	nextSweep  time.Time
 	nextExpiry time.Time
@@ -119,6 +121,14 @@ type Scheduler struct {
 	stats   Counters
 	latency Latency
 	ready   Ready
+	picker  orderPicker // the rings' view of the threads (order.go)
+
+	// Operator state (ops.go): destination holds by (channel, host), which
+	// outlive their threads; held messages, whose vertices sit in no heap;
+	// quiet once shutdown stops all feeding.
+	holds    map[[2]string]bool
+	heldMsgs map[int64]*vertex.Message
+	quiet    bool
 }
 
 // Counters are the scheduler's running totals.
@@ -149,6 +159,8 @@ func New(cfg *config.Config, log hclog.Logger, rng *rand.Rand) *Scheduler {
 		agents:     make(map[int]*agent),
 		perChannel: make(map[string]int),
 		clauses:    make(map[[2]string]int),
+		holds:      make(map[[2]string]bool),
+		heldMsgs:   make(map[int64]*vertex.Message),
 	}
 }
 
@@ -212,7 +224,9 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 		Arrival: a.Arrival,
 		Seq:     s.seq,
 		Bounce:  a.Bounce,
+		Warned:  a.Warned,
 	}
+	m.Vertices = make([]*vertex.Vertex, 0, len(a.Groups))
 	s.msgs[a.Inum] = m
 	s.stats.Arrived++
 	if s.nextSweep.IsZero() {
@@ -240,6 +254,9 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 			v.Expires2 = v.Expires.Add(c.Expiry2.D())
 		}
 		t := s.thread(ci, g.Channel, host)
+		// The thread's strings, not the control file's: one copy per
+		// destination in core instead of one per vertex (DESIGN §8).
+		v.Channel, v.Host = t.Channel, t.Host
 		s.orderAdd(s.ring(t), m, []*vertex.Vertex{v}, now)
 		t.Vertices++
 		t.Add(v, now)
@@ -282,6 +299,8 @@ func (s *Scheduler) thread(ci int, channel, host string) *thread.Thread {
 	c := s.clause(ci)
 	t := thread.New(k, thread.NewWindow(c))
 	t.QueueOnly = c.QueueOnly
+	t.Held = s.holds[[2]string{channel, host}]
+	s.recall(t)
 	s.threads[k] = t
 	r := s.ring(t)
 	r.Threads++
@@ -309,9 +328,16 @@ func (s *Scheduler) ring(t *thread.Thread) *ring.Ring {
 // touch restores every index that depends on t after t changed: the ring's
 // wanting heap, the timer heap, and, if t wants an agent, gives it one.
 func (s *Scheduler) touch(t *thread.Thread, now time.Time) {
+	s.reviveDue(t, now)
 	if t.Vertices == 0 && t.Busy == 0 {
+		s.remember(t, now)
 		s.dropThread(t)
 		return
+	}
+	if t.Turned && t.Busy == 0 && (t.Ready.Len() == 0 || t.BackingOff(now)) {
+		// An ETRN run ends when nothing due is left: what it deferred
+		// waits for the next ETRN, as queueonly means.
+		t.Turned = false
 	}
 	r := s.ring(t)
 	r.Update(t, now)
@@ -366,8 +392,9 @@ func (s *Scheduler) Tick(now time.Time) {
 		s.sweepAgents(now)
 	}
 	if !now.Before(s.nextExpiry) {
-		s.nextExpiry = now.Add(expirySweepEvery)
+		s.nextExpiry = now.Add(s.expiryEvery())
 		s.sweepExpiry(now)
+		s.sweepHeld(now)
 	}
 	if len(s.blocked) > 0 {
 		s.unblock(now)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 )
 
 // Handle is an agent's open control file. It locks, marks and appends d
@@ -24,32 +26,36 @@ type Handle struct {
 	File *File
 
 	path string
-	f    *os.File // read-write: pread/pwrite of status bytes
-	app  *os.File // O_APPEND, opened on the first AppendDiag
+	// fd is the read-write descriptor for pread/pwrite of status bytes, -1
+	// once closed. A raw descriptor, not an *os.File: an agent opens a
+	// control file per job, and os.OpenFile's poller registration and
+	// flag probing cost as much as the open itself.
+	fd  int
+	app *os.File // O_APPEND, opened on the first AppendDiag
 }
 
 // Open opens the control file at path read-write, reads and parses it.
 // Errors: ErrNotFound (also matching fs.ErrNotExist), ErrUnknownFormat when
 // the '@' flags are unknown, and the rest of Parse's.
 func Open(path string) (*Handle, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	fd, err := openFD(path, unix.O_RDWR)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %w", ErrNotFound, err)
 		}
 		return nil, fmt.Errorf("ctlfile: %w", err)
 	}
-	data, err := io.ReadAll(f)
+	data, err := readFD(fd)
 	if err != nil {
-		f.Close()
+		unix.Close(fd)
 		return nil, fmt.Errorf("ctlfile: read %s: %w", path, err)
 	}
 	cf, err := Parse(filepath.Base(path), data)
 	if err != nil {
-		f.Close()
+		unix.Close(fd)
 		return nil, fmt.Errorf("%w (file %s)", err, path)
 	}
-	return &Handle{File: cf, path: path, f: f}, nil
+	return &Handle{File: cf, path: path, fd: fd}, nil
 }
 
 // Path is the path the Handle was opened with.
@@ -60,7 +66,7 @@ func (h *Handle) Path() string { return h.path }
 func (h *Handle) BodyPath() string { return QueuePath(h.path, h.File.ID) }
 
 func (h *Handle) rcpt(i int) (*Rcpt, error) {
-	if h.f == nil {
+	if h.fd < 0 {
 		return nil, fmt.Errorf("ctlfile: %s: handle closed", h.path)
 	}
 	if i < 0 || i >= len(h.File.Rcpts) {
@@ -91,7 +97,7 @@ func (h *Handle) Lock(i int, pid int) (bool, error) {
 		return false, fmt.Errorf("ctlfile: %s: pid %d does not fit the PID field", h.path, pid)
 	}
 	var cur [1]byte
-	if _, err := h.f.ReadAt(cur[:], r.Offset+1); err != nil {
+	if err := preadFull(h.fd, cur[:], r.Offset+1); err != nil {
 		return false, fmt.Errorf("ctlfile: %s: lock offset %d: %w", h.path, r.Offset, err)
 	}
 	if Status(cur[0]) != Pending {
@@ -100,7 +106,7 @@ func (h *Handle) Lock(i int, pid int) (bool, error) {
 		}
 		return false, nil
 	}
-	if _, err := h.f.WriteAt(lock, r.Offset+1); err != nil {
+	if err := pwriteFull(h.fd, lock, r.Offset+1); err != nil {
 		return false, fmt.Errorf("ctlfile: %s: lock offset %d: %w", h.path, r.Offset, err)
 	}
 	r.Status, r.PID = Locked, pid
@@ -117,7 +123,7 @@ func (h *Handle) Mark(i int, st Status) error {
 	if st != Pending && st != Done && st != Failed {
 		return fmt.Errorf("ctlfile: %s: cannot mark %v", h.path, st)
 	}
-	if _, err := h.f.WriteAt(statusBytes(st, markWidth(h.File.Format, r.PID)), r.Offset+1); err != nil {
+	if err := pwriteFull(h.fd, statusBytes(st, markWidth(h.File.Format, r.PID)), r.Offset+1); err != nil {
 		return fmt.Errorf("ctlfile: %s: mark offset %d: %w", h.path, r.Offset, err)
 	}
 	r.Status, r.PID = st, 0
@@ -128,7 +134,7 @@ func (h *Handle) Mark(i int, st Status) error {
 // O_APPEND descriptor, then fsyncs. It sets the line's offset and adds it to
 // File.Diags.
 func (h *Handle) AppendDiag(d Diag) error {
-	if h.f == nil {
+	if h.fd < 0 {
 		return fmt.Errorf("ctlfile: %s: handle closed", h.path)
 	}
 	if h.app == nil {
@@ -161,10 +167,10 @@ func (h *Handle) AppendDiag(d Diag) error {
 
 // Sync flushes status marks to disk.
 func (h *Handle) Sync() error {
-	if h.f == nil {
+	if h.fd < 0 {
 		return fmt.Errorf("ctlfile: %s: handle closed", h.path)
 	}
-	if err := h.f.Sync(); err != nil {
+	if err := ignoringEINTR(func() error { return unix.Fsync(h.fd) }); err != nil {
 		return fmt.Errorf("ctlfile: sync %s: %w", h.path, err)
 	}
 	return nil
@@ -178,11 +184,12 @@ func (h *Handle) Close() error {
 		err = h.app.Close()
 		h.app = nil
 	}
-	if h.f != nil {
-		if cerr := h.f.Close(); err == nil {
-			err = cerr
+	if h.fd >= 0 {
+		// Never retried on EINTR: Linux releases the descriptor anyway.
+		if cerr := unix.Close(h.fd); err == nil && cerr != nil {
+			err = &fs.PathError{Op: "close", Path: h.path, Err: cerr}
 		}
-		h.f = nil
+		h.fd = -1
 	}
 	if err != nil {
 		return fmt.Errorf("ctlfile: close %s: %w", h.path, err)

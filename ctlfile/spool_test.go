@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -302,6 +303,70 @@ func TestScan(t *testing.T) {
 	sort.Strings(files)
 	if !reflect.DeepEqual(got, files) {
 		t.Errorf("Scan found %v, want %v", got, files)
+	}
+}
+
+// TestScannerResumes takes a pass one name at a time, removing files and a
+// whole hash directory behind and ahead of it: every file that stays is
+// found exactly once, nothing beyond what Scan accepts, and the pass ends.
+func TestScannerResumes(t *testing.T) {
+	s := newSpool(t, 0)
+	var files []string
+	for i := range 3000 { // several ReadDir batches in one directory
+		files = append(files, strconv.Itoa(i+1))
+	}
+	files = append(files, "A/3", "Z/4", "A/B/5", "Q/Q/66", "Q/R/67")
+	for _, f := range files {
+		writeFile(t, s.TransportDir(), f, []byte("x"))
+	}
+	writeFile(t, s.TransportDir(), ".tmp", []byte("x"))
+	sc := s.NewScanner()
+	defer sc.Close()
+	seen := map[string]int{}
+	var batch []string
+	removedQ := false
+	for step := 0; ; step++ {
+		var done bool
+		var err error
+		batch, done, err = sc.Next(batch[:0], 1+step%3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rel := range batch {
+			seen[rel]++
+		}
+		if len(seen) > 100 && !removedQ {
+			// Q/ vanishes mid-pass, whether or not it was reached.
+			removedQ = true
+			if err := os.RemoveAll(filepath.Join(s.TransportDir(), "Q")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if done {
+			if len(batch) > 3 {
+				t.Fatalf("Next returned %d names for at most 3", len(batch))
+			}
+			break
+		}
+		if len(batch) == 0 {
+			t.Fatal("Next returned no name and not done")
+		}
+	}
+	for _, f := range files {
+		if strings.HasPrefix(f, "Q/") {
+			continue // either way is right
+		}
+		if seen[f] != 1 {
+			t.Errorf("%s seen %d times", f, seen[f])
+		}
+	}
+	for rel, n := range seen {
+		if n != 1 || (!slices.Contains(files, rel)) {
+			t.Errorf("unexpected %s ×%d", rel, n)
+		}
+	}
+	if b, done, err := sc.Next(nil, 10); !done || err != nil || len(b) != 0 {
+		t.Errorf("Next after the end = %v, %v, %v", b, done, err)
 	}
 }
 

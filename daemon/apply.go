@@ -32,6 +32,9 @@ func (d *Daemon) apply() {
 		for _, w := range r.Writes {
 			if p := d.procs[w.Agent]; p != nil {
 				p.Write(w.Line)
+				if !w.Due.IsZero() {
+					d.ops.metrics.dispatched(d.now().Sub(w.Due))
+				}
 			}
 		}
 		for _, st := range r.Stops {
@@ -50,9 +53,14 @@ func (d *Daemon) apply() {
 		d.diags(r.Diags)
 		for _, o := range r.Outcomes {
 			d.logOutcome(o)
+			d.settled(o) // intake.go: recipient accounting
 		}
 		for _, c := range r.Completes {
-			d.finish(c)
+			d.left(c.Inum)
+			d.finish(c) // complete.go
+		}
+		for _, n := range r.DSNs {
+			d.notice(n)
 		}
 		now := d.now()
 		for _, rr := range r.Rereads {
@@ -177,6 +185,7 @@ func (d *Daemon) diags(ds []core.Diag) {
 
 // logOutcome writes the per-recipient line operators grep, with fixed keys.
 func (d *Daemon) logOutcome(o core.Outcome) {
+	d.ops.metrics.outcome(o.Status)
 	pid := 0
 	if p := d.procs[o.Agent]; p != nil {
 		pid = p.Pid()
@@ -198,17 +207,4 @@ func (d *Daemon) logOutcome(o core.Outcome) {
 		"next", next,
 		"text", o.Text,
 	)
-}
-
-// finish completes a message: its files are removed. A message with d
-// lines owes its sender a DSN.
-func (d *Daemon) finish(c core.Complete) {
-	if c.Diags {
-		d.log.Warn("message completed with diagnostics; delivery status notification not sent", "msg", c.Path)
-	}
-	if err := d.spool.Remove(c.Path, c.ID); err != nil {
-		d.log.Error("cannot remove completed message", "msg", c.Path, "error", err)
-		return
-	}
-	d.log.Info("complete", "msg", c.Path)
 }

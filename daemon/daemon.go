@@ -26,14 +26,6 @@ import (
 	"zsched/vertex"
 )
 
-// liveLockDelay is how long a file with a live agent's lock waits before it
-// is read again (ZMailer: 32 s).
-const liveLockDelay = 32 * time.Second
-
-// readBatch bounds how many control files are read between two looks at
-// agent events, so delivery starts before a long scan ends.
-const readBatch = 256
-
 // killGrace is how long a killed agent has between SIGTERM and SIGKILL.
 const killGrace = 5 * time.Second
 
@@ -62,15 +54,12 @@ type Daemon struct {
 	conn    *net.UnixConn
 	pidfile string
 
-	queued  map[string]bool // rel paths waiting to be read
-	toRead  []string        // in arrival order
-	later   []delayed       // files to read again after a delay
+	in      intake // control files on their way into the core (intake.go)
 	stopped bool
-}
 
-type delayed struct {
-	rel string
-	at  time.Time
+	ops ops // control socket, reload, metrics (control.go, metrics.go)
+
+	state stateFile // learned destination state (state.go)
 }
 
 // New prepares a daemon for cfg: it creates the spool directories, the pid
@@ -96,19 +85,27 @@ func New(cfg *config.Config, log hclog.Logger, opt Options) (*Daemon, error) {
 		procs:  make(map[int]*agent.Proc),
 		events: make(chan agent.Event, 1024),
 		notify: make(chan string, 1024),
-		queued: make(map[string]bool),
+		in:     newIntake(),
 	}
 	d.core = core.New(cfg, log.Named("core"), rand.New(rand.NewSource(seed)))
 	if err := d.spool.Init(); err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
+	// First, so that a second scheduler on the postoffice stops here,
+	// before it touches the running one's pid file and notify socket.
+	if err := d.startOps(); err != nil {
+		return nil, err
+	}
 	d.pidfile = filepath.Join(cfg.Scheduler.Postoffice, ".pid.scheduler")
 	if err := os.WriteFile(d.pidfile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		d.stopOps()
 		return nil, fmt.Errorf("daemon: pid file: %w", err)
 	}
 	if err := d.listenNotify(); err != nil {
+		d.stopOps()
 		return nil, err
 	}
+	d.loadState()
 	return d, nil
 }
 
@@ -151,18 +148,15 @@ func (d *Daemon) Core() *core.Scheduler { return d.core }
 // bound, then kills what is left; nothing else needs saving.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.close()
-	d.scan()
-	scanEvery := d.cfg.Scheduler.ScanInterval.D()
-	if scanEvery <= 0 {
-		scanEvery = 10 * time.Second
-	}
-	nextScan := d.now().Add(scanEvery)
+	defer d.saveState() // after shutdown: the agents' last reports count
+	d.startScan(d.now())
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	notify := d.notify
 	for {
-		d.readSome()
-		if d.opt.Drain && len(d.toRead) == 0 && len(d.later) == 0 && d.core.Idle() {
+		d.intakeStep()
+		d.apply()
+		if d.opt.Drain && d.intakeIdle() && d.core.Idle() {
 			l := d.core.Latency()
 			c := d.core.Counters()
 			d.log.Info("queue drained", "delivered", c.Delivered, "failed", c.Failed,
@@ -171,17 +165,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return d.shutdown()
 		}
 		now := d.now()
-		wake := d.core.NextWakeup()
-		if wake.IsZero() || nextScan.Before(wake) {
-			wake = nextScan
-		}
-		for _, l := range d.later {
-			if l.at.Before(wake) {
-				wake = l.at
-			}
-		}
+		wake := d.intakeWake(d.core.NextWakeup())
 		wait := wake.Sub(now)
-		if len(d.toRead) > 0 {
+		if d.intakeBusy() {
 			wait = 0
 		}
 		timer.Reset(max(wait, 0))
@@ -207,20 +193,26 @@ func (d *Daemon) Run(ctx context.Context) error {
 				continue
 			}
 			d.enqueueRead(rel)
+		case req := <-d.requests():
+			d.control(req)
+		case f := <-d.ops.calls:
+			f()
+		case <-d.ops.reload:
+			if err := d.reload(); err == nil {
+				d.log.Info("configuration reloaded (SIGHUP)", "file", d.cfg.File)
+			}
 		case <-timer.C:
 			now := d.now()
-			if !now.Before(nextScan) {
-				d.scan()
-				nextScan = now.Add(scanEvery)
-			}
-			d.readLater(now)
+			d.intakeTick(now)
 			d.core.Tick(now)
 			d.apply()
+			d.saveStateDue(now)
 		}
 	}
 }
 
 func (d *Daemon) close() {
+	d.stopOps()
 	if d.conn != nil {
 		d.conn.Close()
 		os.Remove(d.cfg.Scheduler.NotifySocket)
@@ -231,6 +223,8 @@ func (d *Daemon) close() {
 // shutdown ends every agent and waits for them within ShutdownTimeout.
 func (d *Daemon) shutdown() error {
 	d.stopped = true
+	d.core.Quiesce()
+	d.stopControl()
 	for _, p := range d.procs {
 		p.End()
 	}
@@ -263,13 +257,18 @@ func (d *Daemon) shutdown() error {
 }
 
 // applyLog carries out only what is safe during shutdown: outcome logs, d
-// lines, and re-reads of files a dead agent held (which reset its stale
-// locks on disk); no new agents, no new work.
+// lines, messages completed by the last reports (and killed ones), and
+// re-reads of files a dead agent held (which reset its stale locks on
+// disk); no new agents, no new work.
 func (d *Daemon) applyLog() {
 	r := d.core.Ready()
 	d.diags(r.Diags)
 	for _, o := range r.Outcomes {
 		d.logOutcome(o)
+	}
+	for _, c := range r.Completes {
+		d.left(c.Inum)
+		d.finish(c)
 	}
 	for _, rr := range r.Rereads {
 		if _, err := d.spool.Reread(rr.Path); err != nil && !errors.Is(err, ctlfile.ErrNotFound) {
@@ -302,107 +301,11 @@ func exitReason(ev agent.Event) string {
 	return ""
 }
 
-// scan queues every control file not yet in core or queued.
-func (d *Daemon) scan() {
-	n := 0
-	err := d.spool.Scan(func(rel string) {
-		if d.queued[rel] {
-			return
-		}
-		if inum, ok := inumOf(rel); ok && d.core.Has(inum) {
-			return
-		}
-		d.queued[rel] = true
-		d.toRead = append(d.toRead, rel)
-		n++
-	})
-	if err != nil {
-		d.log.Error("scanning the queue", "error", err)
-	}
-	if n > 0 {
-		d.log.Debug("scan found files", "new", n)
-	}
-}
-
-func (d *Daemon) enqueueRead(rel string) {
-	if strings.HasPrefix(rel, "/") || strings.Contains(rel, "..") {
-		d.log.Warn("notify names a path outside the queue", "path", rel)
-		return
-	}
-	if !d.queued[rel] {
-		d.queued[rel] = true
-		d.toRead = append(d.toRead, rel)
-	}
-}
-
-func (d *Daemon) readLater(now time.Time) {
-	keep := d.later[:0]
-	for _, l := range d.later {
-		if now.Before(l.at) {
-			keep = append(keep, l)
-			continue
-		}
-		d.enqueueRead(l.rel)
-	}
-	d.later = keep
-}
-
-// readSome reads up to readBatch queued control files into the core.
-func (d *Daemon) readSome() {
-	for n := 0; n < readBatch && len(d.toRead) > 0; n++ {
-		rel := d.toRead[0]
-		d.toRead = d.toRead[1:]
-		delete(d.queued, rel)
-		d.read(rel)
-	}
-	if len(d.toRead) == 0 {
-		d.toRead = nil
-	}
-	d.apply()
-}
-
-// read reads one control file and hands it to the core. A malformed file is
-// moved aside with the reason; nothing is deleted.
-func (d *Daemon) read(rel string) {
-	if inum, ok := inumOf(rel); ok && d.core.Has(inum) {
-		return
-	}
-	f, err := d.spool.Read(rel)
-	switch {
-	case err == nil:
-	case errors.Is(err, ctlfile.ErrNotFound):
-		return
-	case errors.Is(err, ctlfile.ErrLiveLock):
-		d.log.Debug("control file locked by a live agent; reading it later", "msg", rel)
-		d.later = append(d.later, delayed{rel: rel, at: d.now().Add(liveLockDelay)})
-		return
-	default:
-		d.log.Error("bad control file moved aside", "msg", rel, "error", err)
-		if qerr := d.spool.Quarantine(rel, err); qerr != nil {
-			d.log.Error("cannot quarantine control file", "msg", rel, "error", qerr)
-		}
-		return
-	}
-	if len(f.Turn) > 0 && f.ID == "" {
-		d.turn(rel, f)
-		return
-	}
-	a := arrival(rel, f)
-	if len(a.Groups) == 0 {
-		// Nothing pending: a message completed before a restart.
-		d.log.Info("complete", "msg", rel)
-		d.finish(core.Complete{Path: rel, ID: f.ID, Inum: f.Inum, Diags: hasPendingDiags(f), Bounce: f.IsBounce()})
-		return
-	}
-	if err := d.core.Arrive(d.now(), a); err != nil && !errors.Is(err, core.ErrDuplicate) {
-		d.log.Error("cannot schedule message", "msg", rel, "error", err)
-	}
-}
-
 // turn handles a ZMailer ETRN request file ("T domain ip").
 func (d *Daemon) turn(rel string, f *ctlfile.File) {
 	for _, t := range f.Turn {
-		d.log.Info("etrn request file", "msg", rel, "domain", t.Domain, "client", t.IP)
+		n := d.core.Turn(d.now(), t.Domain)
+		d.log.Info("etrn request file", "msg", rel, "domain", t.Domain, "client", t.IP, "started", n)
 	}
 	if err := d.spool.Remove(rel, ""); err != nil {
 		d.log.Error("cannot remove etrn request file", "msg", rel, "error", err)
@@ -420,7 +323,7 @@ func hasPendingDiags(f *ctlfile.File) bool {
 
 // arrival reduces a control file to what the core schedules.
 func arrival(rel string, f *ctlfile.File) core.Arrival {
-	a := core.Arrival{Inum: f.Inum, Path: rel, ID: f.ID, Arrival: f.Arrival, Bounce: f.IsBounce()}
+	a := core.Arrival{Inum: f.Inum, Path: rel, ID: f.ID, Arrival: f.Arrival, Bounce: f.IsBounce(), Warned: warned(f)}
 	for _, g := range f.Groups() {
 		cg := core.Group{Channel: g.Channel, Host: g.Host, Rcpts: make([]vertex.Rcpt, len(g.Rcpts))}
 		for i, ri := range g.Rcpts {

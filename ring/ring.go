@@ -3,7 +3,8 @@
 // command, the ring's pool of idle agents, and the order in which the ring's
 // threads are offered to its agents — the thread holding the best vertex
 // first (ZMailer's pick_next_thread, ordered by jobs instead of a pointer).
-// Pure: no I/O, no clock.
+// That order is the ring's job lists with Postfix's preemptive delivery-slot
+// scheduling (jobs.go, preempt.go). Pure: no I/O, no clock.
 package ring
 
 import (
@@ -38,6 +39,8 @@ type Ring struct {
 
 	wanting []*thread.Thread // heap: threads that could use one more agent
 	Blocked bool             // queued in the scheduler's blocked-ring queue
+
+	jobs jobs // the job lists and preemption state (jobs.go)
 }
 
 // New returns an empty ring.
@@ -58,6 +61,9 @@ func (r *Ring) Update(t *thread.Thread, now time.Time) {
 		}
 	case t.RingIndex >= 0:
 		r.remove(t)
+	}
+	if want {
+		r.jobs.release(t.Key) // jobs blocked at t may be fed again
 	}
 }
 

@@ -42,6 +42,7 @@ type Msg struct {
 	Path    string
 	Arrival time.Time
 	Rcpts   []*Rcpt
+	Diags   []core.Diag // d lines appended, in order
 }
 
 // Job is what an agent is asked to deliver: the pending recipients of Msg
@@ -63,6 +64,9 @@ type Response struct {
 	Delay  time.Duration // service time before the answer
 	Crash  bool          // die instead of answering (after reporting Status)
 	Hang   bool          // never answer
+	// Notary, when set, goes with every report, its Recipient set to
+	// each recipient's address.
+	Notary report.Notary
 }
 
 // Behavior decides an agent's answer to a job.
@@ -95,6 +99,10 @@ type Sim struct {
 	Behavior Behavior
 	// Check runs the core's invariant check after every event.
 	Check bool
+	// OnReady, when set, sees each batch of the core's actions before the
+	// simulation carries it out (d lines, completions and DSN requests are
+	// the daemon's business: tests act the daemon's part there).
+	OnReady func(r *core.Ready)
 
 	Msgs      map[int64]*Msg
 	Agents    map[int]*Agent
@@ -160,6 +168,27 @@ func (s *Sim) Enqueue(rcpts ...string) *Msg {
 	}
 	s.apply()
 	return m
+}
+
+// Add hands the core a message built by the caller (recipients with their
+// own offsets and NOTIFY bits). A zero Inum, Path or Arrival is filled in
+// as Enqueue fills them.
+func (s *Sim) Add(m *Msg) {
+	if m.Inum == 0 {
+		s.nextIn++
+		m.Inum = s.nextIn
+	}
+	if m.Path == "" {
+		m.Path = strconv.FormatInt(m.Inum, 10)
+	}
+	if m.Arrival.IsZero() {
+		m.Arrival = s.Now
+	}
+	s.Msgs[m.Inum] = m
+	if err := s.Core.Arrive(s.Now, s.arrival(m)); err != nil {
+		s.fail(fmt.Errorf("arrive %d: %w", m.Inum, err))
+	}
+	s.apply()
 }
 
 func (s *Sim) arrival(m *Msg) core.Arrival {
@@ -229,6 +258,14 @@ func (s *Sim) apply() {
 		if r.Empty() {
 			break
 		}
+		for _, d := range r.Diags {
+			if m := s.Msgs[d.Inum]; m != nil {
+				m.Diags = append(m.Diags, d)
+			}
+		}
+		if s.OnReady != nil {
+			s.OnReady(&r)
+		}
 		for _, sp := range r.Spawns {
 			a := &Agent{ID: sp.Agent, Channel: sp.Channel, Host: sp.Host}
 			s.Agents[a.ID] = a
@@ -247,12 +284,23 @@ func (s *Sim) apply() {
 		}
 		s.Diags += len(r.Diags)
 		s.Outcomes = append(s.Outcomes, r.Outcomes...)
+		for _, o := range r.Outcomes {
+			// Expiry ends a recipient without its status byte: the file
+			// is removed with the message.
+			if m := s.Msgs[o.Inum]; m != nil && o.Status == "expired" {
+				for _, rc := range m.Rcpts {
+					if rc.Offset == o.Offset && (rc.Status == ' ' || rc.Status == '~') {
+						rc.Status = '-'
+					}
+				}
+			}
+		}
 		for _, c := range r.Completes {
 			if s.Completed[c.Inum] {
 				s.fail(fmt.Errorf("message %d completed twice", c.Inum))
 			}
 			s.Completed[c.Inum] = true
-			if m := s.Msgs[c.Inum]; m != nil {
+			if m := s.Msgs[c.Inum]; m != nil && !c.Killed {
 				for _, rc := range m.Rcpts {
 					if rc.Status == ' ' || rc.Status == '~' {
 						s.fail(fmt.Errorf("message %d completed with %s still pending", c.Inum, rc.User))
@@ -330,6 +378,10 @@ func (s *Sim) write(a *Agent, line string) {
 			break
 		}
 		l := report.Line{Inum: m.Inum, Offset: r.Offset, Status: resp.Status[i], Retry: resp.Retry, Text: resp.Text}
+		if !resp.Notary.IsZero() {
+			l.Notary = resp.Notary
+			l.Notary.Recipient = r.User
+		}
 		if l.Status == report.RetryAt && l.Retry == "" {
 			l.Retry = "+60"
 		}
@@ -441,4 +493,46 @@ func (s *Sim) Final() map[string]int {
 		}
 	}
 	return f
+}
+
+// Do calls f with the simulated time, then carries out the core's actions
+// (for operator commands, which are core calls outside any agent event).
+func (s *Sim) Do(f func(now time.Time)) {
+	f(s.Now)
+	s.apply()
+}
+
+// Restart simulates a scheduler restart: the old core, its agents and their
+// pending events vanish; locks are reset as a scan resets stale ones; a new
+// core (cfg, seed) reads every message with pending recipients again, with
+// its original arrival time, in arrival order. A message whose d lines
+// include a delay warning arrives as warned, as the daemon reads it.
+func (s *Sim) Restart(cfg *config.Config, seed int64) {
+	s.Core = core.New(cfg, hclog.NewNullLogger(), rand.New(rand.NewSource(seed)))
+	s.events = nil
+	s.Agents = make(map[int]*Agent)
+	clear(s.Busy)
+	inums := make([]int64, 0, len(s.Msgs))
+	for inum := range s.Msgs {
+		if !s.Completed[inum] {
+			inums = append(inums, inum)
+		}
+	}
+	sort.Slice(inums, func(i, j int) bool { return inums[i] < inums[j] })
+	for _, inum := range inums {
+		m := s.Msgs[inum]
+		for _, rc := range m.Rcpts {
+			if rc.Status == '~' {
+				rc.Status = ' '
+			}
+		}
+		a := s.arrival(m)
+		for _, d := range m.Diags {
+			a.Warned = a.Warned || d.Notary.Action == "delayed"
+		}
+		if err := s.Core.Arrive(s.Now, a); err != nil {
+			s.fail(fmt.Errorf("restart: arrive %d: %w", inum, err))
+		}
+	}
+	s.apply()
 }

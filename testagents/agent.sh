@@ -121,13 +121,21 @@ job() {
 	*/*) body=../queue/${file%/*}/$id ;;
 	*) body=../queue/$id ;;
 	esac
-	if [ -z "$id" ] || [ ! -f "$body" ]; then
+	if [ -z "$id" ] || [ ! -e "$body" ]; then
 		for off in $locked; do
 			poke "$file" $((off + 1)) "-$blank"
 			printf '%s/%s\t\terror message file is missing\n' "$inum" "$off"
 		done
 		printf '# %s: cannot open message file "%s"\n' "$me" "$body"
 		printf '#resync %s\n' "$file"
+		return
+	fi
+	# Delivering is reading the message, after the locks (ta-check's lock case).
+	if ! cat "$body" >/dev/null; then
+		for off in $locked; do
+			poke "$file" $((off + 1)) " $blank"
+			printf '%s/%s\t\tdeferred cannot read the message file\n' "$inum" "$off"
+		done
 		return
 	fi
 	for off in $locked; do

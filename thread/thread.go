@@ -32,9 +32,10 @@ type Thread struct {
 	Busy   int // agents attached
 	Window Window
 
-	// BackoffUntil is set after a site failure or while the destination is
-	// dead: nothing is fed before it. A thread blocked only by a limit has
-	// no back-off.
+	// BackoffUntil is set while the destination is dead (its window's
+	// pseudo-cohort failures): nothing is fed before it. A site failure that
+	// leaves the destination alive only shrinks its window. A thread
+	// blocked only by a limit has no back-off.
 	BackoffUntil time.Time
 	Retry        int // index into the clause's retries for thread back-off
 	Attempts     int // deliveries judged
@@ -78,7 +79,7 @@ func (t *Thread) Startable(now time.Time) bool {
 
 // Wants reports whether the thread could use one more agent.
 func (t *Thread) Wants(now time.Time) bool {
-	return t.Startable(now) && t.Busy < t.Window.Limit(now.Before(t.BackoffUntil))
+	return t.Startable(now) && t.Busy < t.Window.Limit()
 }
 
 // Promote moves vertices whose own time has come from Waiting to Ready.
@@ -110,11 +111,15 @@ func (t *Thread) NextWake(now time.Time) time.Time {
 	return w
 }
 
-// Add puts a new or returning vertex in the heap its time calls for.
+// Add puts a new or returning vertex in the heap its time calls for. A
+// vertex of a held message goes in neither: the scheduler keeps it aside
+// until the operator releases the message.
 func (t *Thread) Add(v *vertex.Vertex, now time.Time) {
-	if v.NotBefore.After(now) {
+	switch {
+	case v.Msg.Held:
+	case v.NotBefore.After(now):
 		t.Waiting.Push(v)
-	} else {
+	default:
 		v.DueSince = now
 		t.Ready.Push(v)
 	}

@@ -32,20 +32,41 @@ type Message struct {
 	Pending  int  // recipients still pending in core
 	Diags    bool // d lines were written for it: a DSN is owed at completion
 	Held     bool // operator hold
+	Warned   bool // its delay warning was written (once per message)
 	Resyncs  int
 }
 
 // Vertex is the pending recipients of one message for one (channel, host).
 type Vertex struct {
-	Msg     *Message
+	// The fields a heap operation touches come first, so that comparing
+	// and moving a vertex costs one cache line: with a million vertices
+	// queued nearly every vertex a heap looks at is a cache miss.
+
+	Msg *Message
+	// Rank orders the feed within a ring: smaller goes first. The ring's
+	// job order sets it (FIFO: the message's Seq; preemption moves jobs).
+	Rank  float64
+	heap  *Heap // the heap that holds it, nil when none
+	index int32 // position in that heap, -1 when none
+
+	// SiteFailed is set when the current attempt reported a site failure.
+	SiteFailed bool
+	// Resynced is set when the agent of the current attempt sent #resync.
+	Resynced bool
+	JobFed   bool // see Job
+
+	Rcpts []Rcpt // pending, ordered by Offset
+
+	// Agent is the id of the agent the vertex is fed to, 0 when none.
+	Agent int
+
 	Clause  int
 	Channel string
 	Host    string
-	Rcpts   []Rcpt // pending, ordered by Offset
-
-	// Rank orders the feed within a ring: smaller goes first. The ring's
-	// job order sets it (FIFO: the message's Seq; preemption moves jobs).
-	Rank float64
+	// Job is package ring's record of the ring job that counts the vertex
+	// (a *ring.Job), nil when none; JobFed says that job counts it as fed
+	// rather than queued. Only package ring reads or writes them.
+	Job any
 
 	Attempts  int
 	Retry     int       // index into the clause's retries for this vertex's own deferrals
@@ -54,18 +75,55 @@ type Vertex struct {
 	Expires   time.Time // arrival + expiry (zero = never)
 	Expires2  time.Time // arrival + expiry + expiry2 (zero = never)
 
-	LastText   string
-	LastNotary report.Notary
+	// last is what the latest attempt reported, nil until one did: most
+	// vertices are delivered at their first attempt, and the text and DSN
+	// fields inline would be a third of every vertex (DESIGN §8 budgets
+	// 300 bytes per recipient in core).
+	last *attempt
+}
 
-	// Agent is the id of the agent the vertex is fed to, 0 when none.
-	Agent int
-	// SiteFailed is set when the current attempt reported a site failure.
-	SiteFailed bool
-	// Resynced is set when the agent of the current attempt sent #resync.
-	Resynced bool
+// attempt is the report of a vertex's latest attempt.
+type attempt struct {
+	text   string
+	notary report.Notary
+}
 
-	index int   // position in whichever heap holds it, -1 when none
-	heap  *Heap // the heap that holds it, nil when none
+// LastText is the text of the latest report on the vertex, "" if none.
+func (v *Vertex) LastText() string {
+	if v.last == nil {
+		return ""
+	}
+	return v.last.text
+}
+
+// LastNotary is the DSN data of the latest report that carried any.
+func (v *Vertex) LastNotary() report.Notary {
+	if v.last == nil {
+		return report.Notary{}
+	}
+	return v.last.notary
+}
+
+// SetLastText records the latest report's text.
+func (v *Vertex) SetLastText(text string) {
+	if v.last == nil {
+		if text == "" {
+			return
+		}
+		v.last = &attempt{}
+	}
+	v.last.text = text
+}
+
+// SetLastNotary records the latest report's DSN data.
+func (v *Vertex) SetLastNotary(n report.Notary) {
+	if v.last == nil {
+		if n.IsZero() {
+			return
+		}
+		v.last = &attempt{}
+	}
+	v.last.notary = n
 }
 
 // New returns a vertex in no heap.
@@ -160,10 +218,10 @@ func (h *Heap) Push(v *Vertex) {
 	if v.heap != nil {
 		panic("vertex: push of a vertex already in a heap")
 	}
-	v.index = len(h.items)
+	v.index = int32(len(h.items))
 	v.heap = h
 	h.items = append(h.items, v)
-	h.up(v.index)
+	h.up(int(v.index))
 }
 
 // Pop removes and returns the first vertex, or nil.
@@ -178,7 +236,7 @@ func (h *Heap) Pop() *Vertex {
 
 // Remove takes v out of h; v must be in h.
 func (h *Heap) Remove(v *Vertex) {
-	i := v.index
+	i := int(v.index)
 	if v.heap != h || i < 0 || i >= len(h.items) || h.items[i] != v {
 		panic("vertex: remove of a vertex not in this heap")
 	}
@@ -197,10 +255,18 @@ func (h *Heap) Remove(v *Vertex) {
 	}
 }
 
+// Fix restores the order of whichever heap holds v after its Rank or
+// NotBefore changed; a vertex in no heap is left alone.
+func (v *Vertex) Fix() {
+	if v.heap != nil {
+		v.heap.Fix(v)
+	}
+}
+
 // Fix restores order after v's key changed.
 func (h *Heap) Fix(v *Vertex) {
-	if !h.down(v.index) {
-		h.up(v.index)
+	if !h.down(int(v.index)) {
+		h.up(int(v.index))
 	}
 }
 
@@ -213,8 +279,8 @@ func (h *Heap) Each(fn func(*Vertex)) {
 
 func (h *Heap) swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.items[i].index = i
-	h.items[j].index = j
+	h.items[i].index = int32(i)
+	h.items[j].index = int32(j)
 }
 
 func (h *Heap) up(j int) {

@@ -10,7 +10,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -20,7 +23,9 @@ import (
 // cmdBench is the whole-process drain benchmark: it generates a queue of
 // messages × recipients over domains in one process (no fsync: a benchmark
 // queue), then runs `scheduler run -drain` on it with the sink agent and
-// prints throughput, wall and CPU time, peak RSS and dispatch latency.
+// prints throughput, wall and CPU time (the scheduler's own and its
+// agents'), peak RSS, the rate at which the queue was read at start, and
+// dispatch latency.
 func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("scheduler bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -28,14 +33,21 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	rcpts := fs.Int("rcpts", 5, "recipients per message")
 	domains := fs.Int("domains", 1000, "destination domains")
 	agentPath := fs.String("agent", "", "agent `program` (default: testagents/bin/sink)")
+	schedPath := fs.String("scheduler", "", "scheduler `program` to time (default: this one), for comparing builds")
 	maxring := fs.Int("maxring", 16, "agents in the ring (maxring)")
 	maxthr := fs.Int("maxthr", 20, "agents per destination (maxthr)")
 	overfeed := fs.Int("overfeed", 8, "job lines outstanding per agent beyond one (overfeed)")
+	msgLimit := fs.Int("msglimit", 20000, "message_active_limit: messages in core")
+	rcptLimit := fs.Int("rcptlimit", 20000, "recipient_active_limit: recipients in core")
+	hash := fs.Int("hash", 0, "hash directory levels of the queue (0, 1 or 2)")
 	logLevel := fs.String("log", "info", "scheduler log level (info logs every outcome, as in production)")
 	keep := fs.Bool("keep", false, "keep the postoffice and log")
 	cpuprofile := fs.String("cpuprofile", "", "write the scheduler's CPU profile to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *messages < 1 || *rcpts < 1 || *domains < 1 {
+		return errors.New("bench: -messages, -rcpts and -domains must be at least 1")
 	}
 	agent := *agentPath
 	if agent == "" {
@@ -57,6 +69,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 postoffice = %q
 log_level = %q
 maxta = %d
+message_active_limit = %d
+recipient_active_limit = %d
 
 [[clause]]
 select = "smtp/*"
@@ -65,36 +79,28 @@ maxring = %d
 maxthr = %d
 initial_concurrency = %d
 overfeed = %d
-`, po, *logLevel, *maxring+8, agent, *maxring, *maxthr, min(5, *maxthr), *overfeed)
+`, po, *logLevel, *maxring+8, *msgLimit, *rcptLimit, agent, *maxring, *maxthr, min(5, *maxthr), *overfeed)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
 	}
 
-	spool := &ctlfile.Spool{Root: po, NoSync: true}
+	spool := &ctlfile.Spool{Root: po, Hash: *hash, NoSync: true}
 	if err := spool.Init(); err != nil {
 		return err
 	}
 	start := time.Now()
-	m := &ctlfile.Message{Sender: "bench@example.org", Header: []byte("From: bench@example.org\nSubject: bench\n"),
-		Body: []byte("This is a benchmark message.\n")}
-	for i := 0; i < *messages; i++ {
-		m.Rcpts = m.Rcpts[:0]
-		for r := 0; r < *rcpts; r++ {
-			d := (i*(*rcpts) + r) % *domains
-			m.Rcpts = append(m.Rcpts, ctlfile.Address{Channel: "smtp", Host: fmt.Sprintf("d%d.test", d), User: fmt.Sprintf("u%d.%d@d%d.test", i, r, d)})
-		}
-		if _, err := spool.Enqueue(m); err != nil {
-			return fmt.Errorf("bench: generate: %w", err)
-		}
+	if err := generate(spool, *messages, *rcpts, *domains); err != nil {
+		return err
 	}
-	gen := time.Since(start)
 	total := *messages * *rcpts
 	fmt.Fprintf(stdout, "queue: %d messages × %d recipients over %d domains (%d recipients) generated in %.2fs\n",
-		*messages, *rcpts, *domains, total, gen.Seconds())
+		*messages, *rcpts, *domains, total, time.Since(start).Seconds())
 
-	self, err := os.Executable()
-	if err != nil {
-		return err
+	self := *schedPath
+	if self == "" {
+		if self, err = os.Executable(); err != nil {
+			return err
+		}
 	}
 	runArgs := []string{"run", "-drain", "-config", cfgPath}
 	if *cpuprofile != "" {
@@ -106,6 +112,7 @@ overfeed = %d
 		return err
 	}
 	defer logFile.Close()
+	logw := bufio.NewWriterSize(logFile, 256<<10)
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		return err
@@ -114,41 +121,127 @@ overfeed = %d
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	summary := ""
+	var summary, startup string
+	var selfCPU float64 = -1
+	var selfRSS int64 = -1
 	sc := bufio.NewScanner(pipe)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.Contains(line, "queue drained") {
+		switch {
+		case strings.Contains(line, "queue drained"):
 			summary = line
+			// The agents are still running; what the scheduler used
+			// so far is its own.
+			selfCPU, selfRSS = procUsage(cmd.Process.Pid)
+		case strings.Contains(line, "queue read at start"):
+			startup = line
 		}
-		fmt.Fprintln(logFile, line)
+		logw.WriteString(line)
+		logw.WriteByte('\n')
 	}
 	werr := cmd.Wait()
 	wall := time.Since(start)
+	logw.Flush()
 	if werr != nil {
 		return fmt.Errorf("bench: scheduler: %w (log: %s)", werr, logFile.Name())
 	}
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	cpu := func(r *syscall.Rusage) float64 {
-		return time.Duration(r.Utime.Nano() + r.Stime.Nano()).Seconds()
-	}
-	field := func(k string) string {
-		if m := regexp.MustCompile(k + `=(\S+)`).FindStringSubmatch(summary); m != nil {
-			return m[1]
-		}
-		return "?"
-	}
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 	fmt.Fprintf(stdout, "drain: %d recipients in %.2fs wall: %.0f recipients/s\n", total, wall.Seconds(), float64(total)/wall.Seconds())
 	// wait4's usage covers the scheduler and the agents it waited for.
-	fmt.Fprintf(stdout, "cpu: scheduler and agents %.2fs (%.0f%% of one core); peak RSS %d MiB\n",
-		cpu(ru), 100*cpu(ru)/wall.Seconds(), ru.Maxrss/1024)
+	fmt.Fprintf(stdout, "cpu: %.2fs (%.0f%% of one core)", cpu, 100*cpu/wall.Seconds())
+	if selfCPU >= 0 {
+		fmt.Fprintf(stdout, ": scheduler %.2fs (%.1f µs/recipient), agents %.2fs (%.1f µs/recipient)",
+			selfCPU, 1e6*selfCPU/float64(total), cpu-selfCPU, 1e6*(cpu-selfCPU)/float64(total))
+	}
+	fmt.Fprintln(stdout)
+	fmt.Fprintf(stdout, "memory: peak RSS %d MiB", ru.Maxrss/1024)
+	if selfRSS >= 0 {
+		fmt.Fprintf(stdout, " (scheduler alone %d MiB)", selfRSS/1024)
+	}
+	fmt.Fprintln(stdout)
+	if startup != "" {
+		fmt.Fprintf(stdout, "startup: %s control files read in %ss (%s files/s); %s job lines dispatched by then\n",
+			field(startup, "files"), field(startup, "seconds"), field(startup, "files_per_second"), field(startup, "jobs_dispatched"))
+	}
 	fmt.Fprintf(stdout, "dispatch latency (due → job line written): p50 %s, p99 %s; delivered %s, agents started %s\n",
-		field("dispatch_p50"), field("dispatch_p99"), field("delivered"), field("agents_started"))
+		field(summary, "dispatch_p50"), field(summary, "dispatch_p99"), field(summary, "delivered"), field(summary, "agents_started"))
 	if *keep {
 		fmt.Fprintf(stdout, "kept: %s\n", dir)
 	}
 	return nil
+}
+
+// generate queues messages × rcpts over domains, recipient i*rcpts+r at
+// domain (i*rcpts+r) mod domains, on as many goroutines as there are CPUs
+// (Spool.Enqueue may be called concurrently).
+func generate(spool *ctlfile.Spool, messages, rcpts, domains int) error {
+	workers := min(runtime.GOMAXPROCS(0), messages)
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := &ctlfile.Message{Sender: "bench@example.org", Header: []byte("From: bench@example.org\nSubject: bench\n"),
+				Body: []byte("This is a benchmark message.\n")}
+			for i := w; i < messages; i += workers {
+				m.Rcpts = m.Rcpts[:0]
+				for r := range rcpts {
+					d := strconv.Itoa((i*rcpts + r) % domains)
+					m.Rcpts = append(m.Rcpts, ctlfile.Address{Channel: "smtp", Host: "d" + d + ".test",
+						User: "u" + strconv.Itoa(i) + "." + strconv.Itoa(r) + "@d" + d + ".test"})
+				}
+				if _, err := spool.Enqueue(m); err != nil {
+					errs[w] = fmt.Errorf("bench: generate: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// procUsage returns the CPU seconds (user + system) a live process has
+// used itself, without its children, and its peak RSS in KiB; -1 each when
+// /proc cannot tell.
+func procUsage(pid int) (cpu float64, rssKiB int64) {
+	cpu, rssKiB = -1, -1
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
+		// Fields after the parenthesised command: state is field 3,
+		// utime and stime fields 14 and 15, in clock ticks (100 Hz on
+		// Linux, which Go cannot query without cgo).
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 {
+			f := strings.Fields(string(b[i+1:]))
+			if len(f) > 12 {
+				ut, err1 := strconv.ParseInt(f[11], 10, 64)
+				st, err2 := strconv.ParseInt(f[12], 10, 64)
+				if err1 == nil && err2 == nil {
+					cpu = float64(ut+st) / 100
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+				if n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64); err == nil {
+					rssKiB = n
+				}
+			}
+		}
+	}
+	return cpu, rssKiB
+}
+
+// field returns the value of key=value in a log line, "?" if absent.
+func field(line, key string) string {
+	if m := regexp.MustCompile(`\b` + key + `=(\S+)`).FindStringSubmatch(line); m != nil {
+		return m[1]
+	}
+	return "?"
 }
 
 // findSink looks for the sink agent where `make build` puts it.

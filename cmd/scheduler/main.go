@@ -4,6 +4,8 @@
 //	scheduler run [-config FILE] [-drain]     run the scheduler in the foreground
 //	scheduler enqueue [-config FILE] RCPT...  queue a message (router stand-in)
 //	scheduler check FILE                      validate a configuration file
+//	scheduler mailq|qshape|why|etrn|flush|hold|release|kill|reload ...
+//	                                          operator commands on the running scheduler
 package main
 
 import (
@@ -36,8 +38,13 @@ commands:
   run      run the scheduler in the foreground (-drain: exit when the queue is empty)
   enqueue  write a message into the queue and notify the scheduler
   check    validate a configuration file and print the effective clauses
+  ta-check check a transport agent against the TA protocol (-- AGENT ARGS...)
   bench    generate a queue and time its drain with the sink agent
 
+operator commands (on the running scheduler's control socket):
+`)
+	opsUsage(w)
+	fmt.Fprint(w, `
 Every command takes -config FILE (default $ZSCHED_CONFIG, else ./scheduler.toml).
 `)
 }
@@ -56,11 +63,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdEnqueue(args, stdin, stdout, stderr)
 	case "check":
 		err = cmdCheck(args, stdout, stderr)
+	case "ta-check":
+		err = cmdTACheck(args, stdout, stderr)
 	case "bench":
 		err = cmdBench(args, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
+	case "mailq", "qshape", "why", "etrn", "flush", "hold", "release", "kill", "reload":
+		err = cmdOps(cmd, args, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "scheduler: unknown command %q\n", cmd)
 		usage(stderr)
@@ -102,6 +113,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 	fs, path := flags("run", stderr)
 	drain := fs.Bool("drain", false, "exit 0 once the queue is empty and no agent is busy")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to `file`")
+	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on `addr`, a loopback address (e.g. 127.0.0.1:6060)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -121,12 +133,25 @@ func cmdRun(args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	if *pprofAddr != "" {
+		if _, _, err := servePprof(*pprofAddr, log); err != nil {
+			return err
+		}
+	}
 	d, err := daemon.New(cfg, log, daemon.Options{Drain: *drain})
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer func() { signal.Stop(hup); close(hup) }()
+	go func() {
+		for range hup {
+			d.Reload()
+		}
+	}()
 	log.Info("scheduler starting", "config", cfg.File, "postoffice", cfg.Scheduler.Postoffice,
 		"clauses", len(cfg.Clauses), "maxta", cfg.Scheduler.MaxTA, "pid", os.Getpid())
 	return d.Run(ctx)

@@ -1,0 +1,49 @@
+// Command lab runs zsched's experiments and prints their tables.
+//
+//	lab feedback [-real] [flags]   Postfix's active-limiter experiment (SCHEDULER_README)
+//
+// Each subcommand is one function in its own file; add one by adding a case.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `usage: lab COMMAND [flags]
+
+commands:
+  feedback   concurrency feedback against an active server limiter (Postfix
+             SCHEDULER_README): in simulation, or with -real end to end
+  postfix    the same experiment against a real Postfix smtpd through smtp-ta
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "lab:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return flag.ErrHelp
+	}
+	switch args[0] {
+	case "feedback":
+		return feedback(args[1:], stdout, stderr)
+	case "postfix":
+		return postfixLab(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}

@@ -1,0 +1,176 @@
+package control
+
+import (
+	"strings"
+)
+
+// Perm is a set of rights to commands: MAILQ v2's auth attributes plus
+// zsched's own.
+type Perm uint16
+
+// Rights. The first five are ZMailer's auth-file tokens (SNMP, QQ, TT, ETRN,
+// KILL); FLUSH, HOLD and RELOAD are zsched's.
+const (
+	PermSNMP   Perm = 1 << iota // SHOW SNMP
+	PermQQ                      // SHOW QUEUE SHORT, SHOW QSHAPE
+	PermTT                      // SHOW QUEUE THREADS, THREADS2, JSON, SHOW THREAD, WHY
+	PermETRN                    // ETRN
+	PermKill                    // KILL MSG
+	PermFlush                   // FLUSH
+	PermHold                    // HOLD, RELEASE
+	PermReload                  // RELOAD
+	PermAll    Perm = 1<<iota - 1
+)
+
+var permTokens = map[string]Perm{
+	"SNMP": PermSNMP, "QQ": PermQQ, "TT": PermTT, "ETRN": PermETRN, "KILL": PermKill,
+	"FLUSH": PermFlush, "HOLD": PermHold, "RELOAD": PermReload, "ALL": PermAll,
+}
+
+// ParsePerm reads auth-file attribute tokens separated by blanks or commas;
+// unknown tokens are returned in bad.
+func ParsePerm(s string) (p Perm, bad []string) {
+	for _, tok := range strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '\t' || r == ',' }) {
+		if x, ok := permTokens[strings.ToUpper(tok)]; ok {
+			p |= x
+		} else {
+			bad = append(bad, tok)
+		}
+	}
+	return p, bad
+}
+
+// Verb is a command the protocol knows: its words, the right it needs and
+// how many arguments it takes.
+type Verb struct {
+	Name    string // canonical words, e.g. "SHOW QUEUE THREADS"
+	Need    Perm   // 0: any client that got in
+	MinArgs int
+	MaxArgs int // -1: any
+	Help    string
+}
+
+// Verbs are every command, longest names first so that parsing matches
+// "SHOW QUEUE THREADS2" before "SHOW QUEUE THREADS".
+var Verbs = []Verb{
+	{"SHOW QUEUE THREADS2", PermTT, 0, 0, "one tab-separated line per thread"},
+	{"SHOW QUEUE THREADS", PermTT, 0, 0, "the thread report (mailq)"},
+	{"SHOW QUEUE SHORT", PermQQ, 0, 0, "ring headers and summaries"},
+	{"SHOW QUEUE JSON", PermTT, 0, 0, "rings, threads and agents as one JSON document"},
+	{"SHOW THREAD", PermTT, 2, 2, "SHOW THREAD channel host: its recipients"},
+	{"SHOW COUNTERS", 0, 0, 0, "running totals and gauges"},
+	{"SHOW QSHAPE", PermQQ, 0, 1, "SHOW QSHAPE [N]: recipients by host and age, top N hosts"},
+	{"SHOW SNMP", PermSNMP, 0, 0, "the two global summary lines"},
+	{"ETRN", PermETRN, 1, -1, "ETRN host|@domain [info]: start queueonly threads for it"},
+	{"KILL MSG", PermKill, 1, 1, "KILL MSG id: remove a message and its files"},
+	{"FLUSH", PermFlush, 0, 1, "FLUSH [channel/host]: retry now, ending back-offs (globs allowed)"},
+	{"HOLD THREAD", PermHold, 1, 1, "HOLD THREAD channel/host"},
+	{"HOLD MSG", PermHold, 1, 1, "HOLD MSG id"},
+	{"RELEASE THREAD", PermHold, 1, 1, "RELEASE THREAD channel/host"},
+	{"RELEASE MSG", PermHold, 1, 1, "RELEASE MSG id"},
+	{"WHY", PermTT, 1, 1, "WHY id: why each recipient of a message is waiting"},
+	{"RELOAD", PermReload, 0, 0, "re-read the configuration"},
+}
+
+// parse splits a command line into its verb and arguments. ok is false for
+// an unknown command or a wrong number of arguments.
+func parse(line string) (v Verb, args []string, ok bool) {
+	words := strings.Fields(line)
+	for _, cand := range Verbs {
+		name := strings.Fields(cand.Name)
+		if len(words) < len(name) {
+			continue
+		}
+		match := true
+		for i, w := range name {
+			if !strings.EqualFold(words[i], w) {
+				match = false
+				break
+			}
+		}
+		if !match {
+			continue
+		}
+		args = words[len(name):]
+		if len(args) < cand.MinArgs || (cand.MaxArgs >= 0 && len(args) > cand.MaxArgs) {
+			return cand, args, false
+		}
+		return cand, args, true
+	}
+	return Verb{}, nil, false
+}
+
+// Reply is the answer to one command.
+type Reply struct {
+	OK    bool
+	Text  string   // the status line after "+" or "-"
+	Lines []string // the body of a listing
+	Multi bool     // a listing: "+OK until LF.LF", Lines, "."
+}
+
+// OK is a one-line success reply.
+func OK(text string) Reply { return Reply{OK: true, Text: text} }
+
+// Fail is a one-line failure reply.
+func Fail(text string) Reply { return Reply{Text: text} }
+
+// Listing is a multi-line success reply.
+func Listing(lines []string) Reply { return Reply{OK: true, Multi: true, Lines: lines} }
+
+// multiHead is the status line of a listing, as MAILQ v2.
+const multiHead = "+OK until LF.LF"
+
+// encode writes r as protocol lines, without line ends.
+func (r Reply) encode() []string {
+	if r.Multi {
+		out := make([]string, 0, len(r.Lines)+2)
+		out = append(out, multiHead)
+		for _, l := range r.Lines {
+			// One reply line per element: embedded newlines would break
+			// the framing.
+			for _, part := range strings.Split(l, "\n") {
+				if strings.HasPrefix(part, ".") {
+					part = "." + part
+				}
+				out = append(out, part)
+			}
+		}
+		return append(out, ".")
+	}
+	text := strings.ReplaceAll(r.Text, "\n", " ")
+	if r.OK {
+		if text == "" || strings.HasPrefix(text, "OK") {
+			return []string{"+" + text}
+		}
+		return []string{"+OK " + text}
+	}
+	return []string{"-" + text}
+}
+
+// Peer is who sent a request.
+type Peer struct {
+	Network string // "unix" or "tcp"
+	UID     int    // unix: from SO_PEERCRED; -1 for tcp
+	GID     int
+	PID     int
+	Addr    string // tcp: the client's address
+	User    string // tcp: the AUTH user
+}
+
+// Request is one command for the scheduler's loop, which must call Respond
+// exactly once.
+type Request struct {
+	Verb  string   // canonical, e.g. "KILL MSG"
+	Args  []string // the words after the verb
+	Line  string   // the line as received
+	Peer  Peer
+	reply chan Reply
+}
+
+// Respond sends the reply; it never blocks.
+func (r *Request) Respond(rep Reply) {
+	select {
+	case r.reply <- rep:
+	default:
+	}
+}

@@ -1,0 +1,153 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"zsched/core"
+)
+
+// windowTop is how many of the busiest destinations export their window:
+// a per-destination series for every host of a big queue would swamp
+// Prometheus.
+const windowTop = 20
+
+// scrapeWait bounds how long a scrape waits for the loop to read the core.
+const scrapeWait = 5 * time.Second
+
+// metrics are the daemon's Prometheus metrics, in a registry of its own.
+// Counters and the histogram are updated on the loop as outcomes are logged
+// and job lines written; gauges are read from the core on the loop at
+// scrape time, so they are exact and need no lock on scheduling state.
+type metrics struct {
+	reg      *prometheus.Registry
+	outcomes *prometheus.CounterVec
+	latency  prometheus.Histogram
+	srv      *http.Server
+	addr     net.Addr
+}
+
+func (d *Daemon) startMetrics() (*metrics, error) {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "zsched_outcomes_total",
+		Help: "Recipient outcomes by status word (ok ok2 ok3 error error2 deferred deferback retryat deferall, expired, gone).",
+	}, []string{"status"})
+	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "zsched_dispatch_latency_seconds",
+		Help:    "Time from a vertex becoming due (arrival, retry time, end of back-off, release) to its job line being written to an agent.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 22),
+	})
+	m.reg.MustRegister(m.outcomes, m.latency, &gaugeCollector{d: d})
+	listen := d.cfg.Scheduler.MetricsListen
+	if listen == "" {
+		return m, nil
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: metrics_listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Timeout: 2 * scrapeWait}))
+	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.addr = ln.Addr()
+	go func() {
+		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("metrics listener", "error", err)
+		}
+	}()
+	d.log.Info("metrics", "listen", m.addr.String())
+	return m, nil
+}
+
+// MetricsAddr returns the metrics listener's address, or "".
+func (d *Daemon) MetricsAddr() string {
+	if d.ops.metrics == nil || d.ops.metrics.addr == nil {
+		return ""
+	}
+	return d.ops.metrics.addr.String()
+}
+
+func (m *metrics) close() {
+	if m == nil || m.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	m.srv.Shutdown(ctx)
+}
+
+func (m *metrics) outcome(status string) {
+	if m != nil {
+		m.outcomes.WithLabelValues(status).Inc()
+	}
+}
+
+func (m *metrics) dispatched(latency time.Duration) {
+	if m != nil {
+		m.latency.Observe(latency.Seconds())
+	}
+}
+
+var (
+	descMessages   = prometheus.NewDesc("zsched_queue_messages", "Messages in core.", nil, nil)
+	descVertices   = prometheus.NewDesc("zsched_queue_vertices", "Vertices (message × destination) in core.", nil, nil)
+	descRecipients = prometheus.NewDesc("zsched_queue_recipients", "Pending recipients in core.", nil, nil)
+	descThreads    = prometheus.NewDesc("zsched_threads", "Destinations (threads) by state.", []string{"state"}, nil)
+	descAgents     = prometheus.NewDesc("zsched_agents", "Transport agents by state.", []string{"state"}, nil)
+	descWindow     = prometheus.NewDesc("zsched_destination_window",
+		fmt.Sprintf("Concurrency window of the %d busiest destinations (0 = dead).", windowTop), []string{"channel", "host"}, nil)
+	descBusy = prometheus.NewDesc("zsched_destination_busy",
+		fmt.Sprintf("Agents working each of the %d busiest destinations.", windowTop), []string{"channel", "host"}, nil)
+	descArrived = prometheus.NewDesc("zsched_messages_arrived_total", "Messages read into core.", nil, nil)
+	descSpawned = prometheus.NewDesc("zsched_agents_started_total", "Transport agents started.", nil, nil)
+	descKilled  = prometheus.NewDesc("zsched_agents_killed_total", "Transport agents killed (job timeout, garbage, overlong lines).", nil, nil)
+)
+
+// gaugeCollector reads the core's gauges on the loop at scrape time.
+type gaugeCollector struct{ d *Daemon }
+
+func (c *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descMessages, descVertices, descRecipients, descThreads,
+		descAgents, descWindow, descBusy, descArrived, descSpawned, descKilled} {
+		ch <- d
+	}
+}
+
+func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
+	var g core.Gauges
+	var n core.Counters
+	d := c.d
+	if !d.inLoop(func() { g, n = d.core.Gauges(d.now(), windowTop), d.core.Counters() }, scrapeWait) {
+		return
+	}
+	gauge := func(desc *prometheus.Desc, v int, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(v), labels...)
+	}
+	counter := func(desc *prometheus.Desc, v int64) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v))
+	}
+	gauge(descMessages, g.Messages)
+	gauge(descVertices, g.Vertices)
+	gauge(descRecipients, g.Recipients)
+	for _, st := range core.ThreadStates() {
+		gauge(descThreads, g.Threads[st], st.String())
+	}
+	for state, k := range g.Agents {
+		gauge(descAgents, k, state)
+	}
+	for _, w := range g.Busiest {
+		gauge(descWindow, w.Window, w.Channel, w.Host)
+		gauge(descBusy, w.Busy, w.Channel, w.Host)
+	}
+	counter(descArrived, n.Arrived)
+	counter(descSpawned, n.Spawned)
+	counter(descKilled, n.Killed)
+}

@@ -1,0 +1,279 @@
+// Package lab owns zsched's experiments: runs that measure the scheduler
+// against published results and print them as tables. The first is
+// SCHEDULER_README's "Impact of active server concurrency limiter"
+// (Postfix 2.5 concurrency feedback against a server that allows 5 sessions
+// and answers the 6th with 421), run in simulation with a fake clock (Sim)
+// and end to end with the real daemon and real agent processes (Real).
+//
+// Measurements follow the README: "All results ... are based on the first
+// delivery runs only", so the deferred percentage counts recipients whose
+// first attempt was deferred, and the client concurrency is the window
+// after each feedback event of the first pass — the value Postfix's
+// destination_concurrency_feedback_debug logs per delivery — averaged, with
+// its standard deviation.
+package lab
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"zsched/config"
+)
+
+// Limiter is one run of the active-limiter experiment.
+type Limiter struct {
+	// Feedback is the positive and negative feedback, as in scheduler.toml:
+	// "1/concurrency", "1/sqrt_concurrency" or a number.
+	Feedback    string
+	Messages    int           // messages, all to one destination
+	Rcpts       int           // recipients per message: one delivery each
+	ClientLimit int           // maxthr
+	ServerLimit int           // sessions the destination accepts at once
+	Initial     int           // initial_concurrency
+	Service     time.Duration // per recipient
+	// Jitter is the most a simulated session may take beyond its service
+	// time, drawn uniformly per session. Real sessions never end at the
+	// same instant; without it the fake clock keeps the agents in
+	// lockstep, successes arrive in bursts and the window overshoots
+	// before any refusal can be judged (an artifact, not the algorithm).
+	Jitter time.Duration
+	Seed   int64
+}
+
+// Styles are the README's three feedback styles, in its order.
+var Styles = []string{"1/concurrency", "1/sqrt_concurrency", "1"}
+
+// README returns the README's setting for one feedback style: client limit
+// 20, server limit 5, initial concurrency 5, 1 s per recipient, 2000
+// recipients as 1000 deliveries of 2 (DESIGN §6: 1000 messages of 2
+// recipients at one host stand for its one message to 2000 recipients
+// with a recipient limit of 2).
+func README(feedback string) Limiter {
+	return Limiter{Feedback: feedback, Messages: 1000, Rcpts: 2, ClientLimit: 20,
+		ServerLimit: 5, Initial: 5, Service: time.Second, Jitter: 10 * time.Millisecond, Seed: 1}
+}
+
+// Theoretical is the README's defer rate 1/(1+roundup(1/feedback)), with the
+// feedback taken at the server's limit: the window grows past the limit
+// after roundup(1/g) successes and the next delivery is refused.
+func (l Limiter) Theoretical() (float64, error) {
+	f, err := config.ParseFeedback(l.Feedback)
+	if err != nil {
+		return 0, fmt.Errorf("lab: %w", err)
+	}
+	return 1 / (1 + math.Ceil(1/f.Of(float64(l.ServerLimit))-1e-9)), nil
+}
+
+// Result is what one run measured.
+type Result struct {
+	Limiter
+	Mode        string // "sim" or "real"
+	Recipients  int    // recipients attempted in the first pass
+	Deferred    int    // of them, deferred at their first attempt
+	Deliveries  int    // feedback events (deliveries judged) in the first pass
+	Concurrency Stats  // the window after each first-pass feedback event
+	Elapsed     time.Duration
+	// Pending is how many recipients were left undelivered after the run
+	// drained the queue (sim only; -1 when the run did not drain).
+	Pending int
+}
+
+// DeferredRate is the first-pass deferred fraction.
+func (r Result) DeferredRate() float64 {
+	if r.Recipients == 0 {
+		return 0
+	}
+	return float64(r.Deferred) / float64(r.Recipients)
+}
+
+// Stats are the mean and population standard deviation of samples.
+type Stats struct {
+	N      int
+	Mean   float64
+	StdDev float64
+	Max    float64
+}
+
+func stats(xs []float64) Stats {
+	s := Stats{N: len(xs)}
+	if len(xs) == 0 {
+		return s
+	}
+	for _, x := range xs {
+		s.Mean += x
+		s.Max = max(s.Max, x)
+	}
+	s.Mean /= float64(len(xs))
+	for _, x := range xs {
+		s.StdDev += (x - s.Mean) * (x - s.Mean)
+	}
+	s.StdDev = math.Sqrt(s.StdDev / float64(len(xs)))
+	return s
+}
+
+// WriteTable prints results in the README's layout, with the measured
+// figures beside the theoretical defer rate.
+func WriteTable(w io.Writer, rs []Result) error {
+	var b strings.Builder
+	const head = "%-4s %6s %6s  %-20s %7s %12s  %-15s %10s %9s  %s\n"
+	fmt.Fprintf(&b, head, "mode", "client", "server", "feedback", "first-", "theoretical", "client", "deliveries", "elapsed", "Postfix 2.5 (README)")
+	fmt.Fprintf(&b, head, "", "limit", "limit", "style", "pass %", "defer rate", "concurrency", "", "", "deferred %, concurrency")
+	fmt.Fprintf(&b, head, "", "", "", "", "defer", "", "avg / stddev", "", "", "avg / stddev")
+	b.WriteString(strings.Repeat("-", 130) + "\n")
+	for _, r := range rs {
+		th, err := r.Theoretical()
+		if err != nil {
+			return err
+		}
+		el := r.Elapsed.Round(10 * time.Millisecond)
+		if el > time.Minute {
+			el = el.Round(time.Second)
+		}
+		pf := "-"
+		if p, ok := postfixMeasured[r.Feedback]; ok && r.ClientLimit == 20 && r.ServerLimit == 5 && r.Initial == 5 {
+			pf = p
+		}
+		fmt.Fprintf(&b, "%-4s %6d %6d  %-20s %7.1f %5.1f (1/%.0f)  %5.2f / %-7.2f %10d %9s  %s\n",
+			r.Mode, r.ClientLimit, r.ServerLimit, r.Feedback, 100*r.DeferredRate(), 100*th, 1/th,
+			r.Concurrency.Mean, r.Concurrency.StdDev, r.Deliveries, el, pf)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// postfixMeasured is the README's table for the same setting (no
+// connection caching): first-pass deferred %, concurrency average/stddev.
+var postfixMeasured = map[string]string{
+	"1/concurrency":      "16.5  5.17 / 0.38",
+	"1/sqrt_concurrency": "24.5  5.28 / 0.45",
+	"1":                  "49.7  5.63 / 0.67",
+}
+
+// clause is the scheduler.toml clause of the experiment's destination.
+func (l Limiter) clause(argv ...string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = strconv.Quote(a)
+	}
+	return fmt.Sprintf(`
+[[clause]]
+select = "smtp/*"
+command = [%s]
+interval = "1h"
+retries = [1]
+maxring = %d
+maxthr = %d
+initial_concurrency = %d
+positive_feedback = %q
+negative_feedback = %q
+failed_cohort_limit = 1
+order = "fifo"
+`, strings.Join(q, ", "), l.ClientLimit, l.ClientLimit, l.Initial, l.Feedback, l.Feedback)
+}
+
+// host is the experiment's destination.
+const host = "limited.test"
+
+// meter is an hclog sink that gathers, from the scheduler's own log, the
+// window after each feedback event and the first-attempt outcome of each
+// recipient. It is safe for concurrent use: the daemon logs from its own
+// goroutine.
+type meter struct {
+	mu         sync.Mutex
+	windows    []float64
+	first      map[string]bool // inum/offset → deferred at its first attempt
+	want       int             // recipients in the first pass
+	deliveries int             // deliveries in the first pass
+	done       chan struct{}   // closed when the first pass is over
+	finished   bool
+}
+
+// newMeter returns a meter for a first pass of deliveries jobs with rcpts
+// recipients in all. The pass is over when every recipient had its first
+// outcome and every delivery its feedback (which follows the outcomes).
+func newMeter(rcpts, deliveries int) *meter {
+	return &meter{first: make(map[string]bool), want: rcpts, deliveries: deliveries, done: make(chan struct{})}
+}
+
+// Accept implements hclog.SinkAdapter.
+func (m *meter) Accept(_ string, _ hclog.Level, msg string, args ...any) {
+	switch msg {
+	case "destination_concurrency_feedback", "outcome":
+	default:
+		return
+	}
+	kv := make(map[string]any, len(args)/2)
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, ok := args[i].(string); ok {
+			kv[k] = args[i+1]
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.finished {
+		return
+	}
+	switch msg {
+	case "destination_concurrency_feedback":
+		if w, ok := kv["window"].(int); ok {
+			m.windows = append(m.windows, float64(w))
+			m.check()
+		}
+	case "outcome":
+		if a, ok := kv["attempts"].(int); !ok || a != 1 {
+			return
+		}
+		m.outcome(fmt.Sprint(kv["msg"], "/", kv["rcpt"]), fmt.Sprint(kv["status"]))
+	}
+}
+
+// outcome records a first-attempt outcome; m.mu is held.
+func (m *meter) outcome(rcpt, status string) {
+	if _, seen := m.first[rcpt]; seen {
+		return
+	}
+	m.first[rcpt] = status == "deferall" || status == "retryat"
+	m.check()
+}
+
+// check ends the first pass when it is over; m.mu is held.
+func (m *meter) check() {
+	if !m.finished && len(m.first) >= m.want && len(m.windows) >= m.deliveries {
+		m.finished = true
+		close(m.done)
+	}
+}
+
+// result fills in what the meter measured.
+func (m *meter) result(r *Result) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.Recipients = len(m.first)
+	for _, d := range m.first {
+		if d {
+			r.Deferred++
+		}
+	}
+	r.Deliveries = len(m.windows)
+	r.Concurrency = stats(m.windows)
+}
+
+// logger returns a logger whose every line, trace included, reaches m,
+// and whose lines at level or above are also written to out, if not nil.
+func (m *meter) logger(out io.Writer, level hclog.Level) hclog.Logger {
+	// The base logger is at trace so that the core logs every feedback
+	// event (it asks IsTrace); it writes nowhere, the sinks do the rest.
+	l := hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: "zsched", Output: io.Discard, Level: hclog.Trace})
+	l.RegisterSink(m)
+	if out != nil {
+		l.RegisterSink(hclog.NewSinkAdapter(&hclog.LoggerOptions{Name: "zsched", Output: out, Level: level}))
+	}
+	return l
+}

@@ -1,0 +1,141 @@
+// Command limited is a destination that accepts at most K concurrent
+// sessions across all agent processes and refuses the rest at once, as a
+// server with an active concurrency limiter does (Postfix's
+// smtpd_client_connection_count_limit: 421 and disconnect). The experiment
+// of SCHEDULER_README's "Impact of active server concurrency limiter" runs
+// against it.
+//
+// Each job is one session. A job that finds a free session holds it while it
+// delivers, sleeping the service delay per recipient, releases it, and
+// reports ok3 for each recipient (releasing before the reports, as a server
+// closes the connection before the client reports back). A job that finds
+// none is refused: every recipient gets deferall, the site-failure word
+// ZMailer's smtp uses for a 421 greeting.
+//
+// Sessions are K slot files in a directory shared by all agents of the
+// destination, each taken with flock(LOCK_EX|LOCK_NB): the limit holds
+// across processes, and a killed agent's slot is freed by the kernel.
+//
+//	limited -c channel -slots DIR [-k 5] [-d 20ms] [-log FILE] [host]
+//
+// With -log, each delivered recipient is appended to FILE as
+// "inum/offset user" (one write each, O_APPEND), so tests can count
+// deliveries and duplicates.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"zsched/report"
+	"zsched/ta"
+	"zsched/testagents"
+)
+
+func main() {
+	fs := flag.NewFlagSet("limited", flag.ContinueOnError)
+	dir := fs.String("slots", "", "directory of the destination's session slot files (required)")
+	k := fs.Int("k", 5, "concurrent sessions the destination accepts")
+	delay := fs.Duration("d", 20*time.Millisecond, "service time per recipient")
+	logPath := fs.String("log", "", "append delivered recipients to this file")
+	a, err := ta.ParseFlags(fs, os.Args[1:], "")
+	if err != nil {
+		fail(err)
+	}
+	if *dir == "" || *k < 1 {
+		fail(errors.New("-slots DIR and -k >= 1 are required"))
+	}
+	slots, err := openSlots(*dir, *k)
+	if err != nil {
+		fail(err)
+	}
+	sink := testagents.Sink{Delay: *delay}
+	if *logPath != "" {
+		f, err := os.OpenFile(*logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			fail(err)
+		}
+		defer f.Close()
+		sink.Log = f
+	}
+	refusal := fmt.Sprintf("421 4.7.0 too many concurrent sessions (limit %d)", *k)
+	err = a.Serve(func(d *ta.Delivery) []ta.Result {
+		slot := take(slots)
+		if slot == nil {
+			res := make([]ta.Result, 0, len(d.Rcpts))
+			for _, i := range d.Rcpts {
+				res = append(res, ta.Result{Rcpt: i, Status: report.DeferAll, Text: refusal,
+					Notary: report.Notary{Recipient: d.Rcpt(i).User, Action: "failed",
+						Status: "4.7.0", Diagnostic: "smtp; " + refusal}})
+			}
+			return res
+		}
+		res := sink.Deliver(d)
+		release(slot)
+		return res
+	})
+	if err != nil {
+		fail(err)
+	}
+}
+
+// slot is one session of the destination: a slot file, open for the
+// agent's life so that taking it is one flock call.
+type slot struct {
+	f    *os.File
+	held bool // flock succeeds again on a descriptor that holds the lock
+}
+
+// openSlots opens (creating) the k slot files in dir.
+func openSlots(dir string, k int) ([]*slot, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	ss := make([]*slot, k)
+	for i := range ss {
+		f, err := os.OpenFile(filepath.Join(dir, "slot."+strconv.Itoa(i)), os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		ss[i] = &slot{f: f}
+	}
+	return ss, nil
+}
+
+// take returns a slot it locked, or nil when every slot is held.
+func take(slots []*slot) *slot {
+	for _, s := range slots {
+		if s.held {
+			continue
+		}
+		for {
+			err := syscall.Flock(int(s.f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+			if err == nil {
+				s.held = true
+				return s
+			}
+			if !errors.Is(err, syscall.EINTR) {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// release frees a slot. Unlocking a descriptor that holds a lock cannot
+// fail short of a kernel fault, and the agent's exit frees it anyway.
+func release(s *slot) {
+	_ = syscall.Flock(int(s.f.Fd()), syscall.LOCK_UN)
+	s.held = false
+}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "# limited: %v\n", err)
+	os.Exit(1)
+}
