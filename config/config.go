@@ -61,6 +61,9 @@ type Clause struct {
 	PositiveFeedback     Feedback // default 1/concurrency
 	NegativeFeedback     Feedback // default 1/concurrency
 	FailedCohortLimit    int      // default 1; 0 = a destination is never declared dead
+	LearnedCeiling       bool     // learn each destination's limit from its refusals; default true
+	CeilingProbeFactor   int      // growth above a learned ceiling is this many times slower; default 10
+	CeilingTTL           Duration // a learned ceiling is forgotten this long after it was last confirmed; default 1h
 	DeliverySlotCost     int      // default 5; 0 = no preemption
 	DeliverySlotLoan     int      // default 3
 	DeliverySlotDiscount int      // percent, 0..100; default 50
@@ -153,6 +156,9 @@ func defaultClause() Clause {
 		PositiveFeedback:     Feedback{Kind: FeedbackInverse, Value: 1},
 		NegativeFeedback:     Feedback{Kind: FeedbackInverse, Value: 1},
 		FailedCohortLimit:    1,
+		LearnedCeiling:       true,
+		CeilingProbeFactor:   10,
+		CeilingTTL:           Duration(time.Hour),
 		DeliverySlotCost:     5,
 		DeliverySlotLoan:     3,
 		DeliverySlotDiscount: 50,

@@ -366,6 +366,11 @@ var clauseKeys = map[string]clauseSetter{
 	"positive_feedback":   func(l *layer, v any) error { return setFeedback(&l.c.PositiveFeedback, v) },
 	"negative_feedback":   func(l *layer, v any) error { return setFeedback(&l.c.NegativeFeedback, v) },
 	"failed_cohort_limit": func(l *layer, v any) error { return setInt(&l.c.FailedCohortLimit, v, 0, math.MaxInt) },
+	"learned_ceiling":     func(l *layer, v any) error { return setBool(&l.c.LearnedCeiling, v) },
+	"ceiling_probe_factor": func(l *layer, v any) error {
+		return setInt(&l.c.CeilingProbeFactor, v, 1, math.MaxInt)
+	},
+	"ceiling_ttl": func(l *layer, v any) error { return setDuration(&l.c.CeilingTTL, v, true) },
 	"delivery_slot_cost": func(l *layer, v any) error {
 		var n int
 		if err := setInt(&n, v, 0, math.MaxInt); err != nil {

@@ -64,6 +64,7 @@ func (s *Scheduler) obtain(r *ring.Ring, t *thread.Thread, now time.Time) *agent
 		return nil
 	case !s.forkAllowed(now):
 		t.LastText = "ForkRateLimit"
+		s.forkBlocked = true
 		s.block(r)
 		return nil
 	}
@@ -138,6 +139,7 @@ func (s *Scheduler) reclaim(ok func(*agent) bool) {
 // unblock serves blocked rings round-robin, one agent per ring per turn,
 // after a slot freed.
 func (s *Scheduler) unblock(now time.Time) {
+	s.forkBlocked = false
 	for n := len(s.blocked); n > 0 && len(s.blocked) > 0; n-- {
 		r := s.blocked[0]
 		s.blocked = s.blocked[1:]
@@ -196,6 +198,9 @@ func (s *Scheduler) feed(a *agent, now time.Time) {
 		v.Attempts++
 		a.fifo = append(a.fifo, entry{kind: entryJob, v: v, msg: v.Msg, fed: now})
 		a.jobs++
+		if c := s.clause(a.clause); c.JobTimeout > 0 {
+			s.watch(a.heard.Add(c.JobTimeout.D()))
+		}
 		line := v.Msg.Path
 		if !a.ring.HostBound {
 			line += "\t" + v.Host
@@ -336,6 +341,9 @@ func (s *Scheduler) park(a *agent, now time.Time) {
 		}
 	}
 	a.ring.Park(a.id, a.host, now)
+	if c := s.clause(a.clause); c.IdleMax >= 0 {
+		s.watch(a.heard.Add(c.IdleMax.D()))
+	}
 	// Work may have come for the ring while the agent was going idle.
 	s.serve(a.ring, now, -1)
 }
@@ -408,18 +416,44 @@ func (s *Scheduler) kill(a *agent, reason string, now time.Time) {
 	}
 }
 
+// sweepAgents kills busy agents silent past jobtimeout and ends idle ones
+// past idlemax, then sets the next sweep to the earliest deadline left, so
+// the core wakes only when an agent can be due (feeding and parking lower
+// it through watch).
 func (s *Scheduler) sweepAgents(now time.Time) {
+	var next time.Time
+	later := func(at time.Time) {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
 	for _, a := range s.agents {
-		if a.clause < 0 {
-			continue // retired by a reload that left it no clause; ending
+		if a.clause < 0 || a.state == ending {
+			continue // retired by a reload that left it no clause, or ending
 		}
 		c := s.clause(a.clause)
 		switch {
-		case a.jobs > 0 && c.JobTimeout > 0 && now.Sub(a.heard) >= c.JobTimeout.D():
-			s.kill(a, "job timeout: silent for "+now.Sub(a.heard).String(), now)
-		case a.state == idle && c.IdleMax >= 0 && now.Sub(a.heard) >= c.IdleMax.D():
-			a.ring.Forget(a.id)
-			s.end(a, "idlemax")
+		case a.jobs > 0 && c.JobTimeout > 0:
+			if at := a.heard.Add(c.JobTimeout.D()); now.Before(at) {
+				later(at)
+			} else {
+				s.kill(a, "job timeout: silent for "+now.Sub(a.heard).String(), now)
+			}
+		case a.state == idle && c.IdleMax >= 0:
+			if at := a.heard.Add(c.IdleMax.D()); now.Before(at) {
+				later(at)
+			} else {
+				a.ring.Forget(a.id)
+				s.end(a, "idlemax")
+			}
 		}
+	}
+	s.nextSweep = next
+}
+
+// watch makes sure the agent sweep runs no later than at.
+func (s *Scheduler) watch(at time.Time) {
+	if s.nextSweep.IsZero() || at.Before(s.nextSweep) {
+		s.nextSweep = at
 	}
 }

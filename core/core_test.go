@@ -269,17 +269,13 @@ func TestIdleAgentsAreReusedThenReaped(t *testing.T) {
 	s := sim.New(cfg(t, smtp+`idlemax = "5m"
 `), sim.Sink, 1)
 	s.Enqueue("smtp/a.test/x")
-	for s.Step() && s.Now.Sub(sim.Epoch) < time.Minute {
-	}
+	s.Advance(time.Minute)
 	s.Enqueue("smtp/a.test/y")
-	for s.Step() && s.Now.Sub(sim.Epoch) < 2*time.Minute {
-	}
+	s.Advance(2 * time.Minute)
 	if sp := s.Core.Counters().Spawned; sp != 1 {
 		t.Fatalf("spawned %d agents, want the idle one reused", sp)
 	}
-	run(t, s, time.Hour)
-	for s.Step() && s.Now.Sub(sim.Epoch) < time.Hour {
-	}
+	s.Advance(time.Hour)
 	if s.Core.Agents() != 0 {
 		t.Fatalf("%d agents alive after idlemax", s.Core.Agents())
 	}

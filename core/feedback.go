@@ -24,7 +24,7 @@ func (s *Scheduler) feedback(t *thread.Thread, siteFailed bool, retryAt, now tim
 	before := t.Window.Limit()
 	if siteFailed {
 		t.SiteFailures++
-		if t.Window.Failed() {
+		if t.Window.Failed(now) {
 			until := retryAt
 			if !until.After(now) {
 				until = s.schedule(s.clause(t.Clause)).Next(now, &t.Retry, s.rng)
@@ -35,7 +35,7 @@ func (s *Scheduler) feedback(t *thread.Thread, siteFailed bool, retryAt, now tim
 		}
 	} else {
 		t.SiteFailures = 0
-		t.Window.Succeeded(t.Busy)
+		t.Window.Succeeded(t.Busy, now)
 		if before == 0 {
 			// A delivery that was in flight when the destination died got
 			// through: it works again, and its retry index starts over.
@@ -71,7 +71,8 @@ func (s *Scheduler) logWindow(t *thread.Thread, before int, siteFailed bool) {
 	st := t.Window.State()
 	kv := []any{"channel", t.Channel, "host", t.Host, "negative", siteFailed,
 		"from", before, "window", after, "busy", t.Busy,
-		"success", st.Success, "failure", st.Failure, "fail_cohorts", st.FailCohorts}
+		"success", st.Success, "failure", st.Failure, "fail_cohorts", st.FailCohorts,
+		"ceiling", st.Ceiling, "ceiling_confirmed", t.Window.Confirmed()}
 	if after != before {
 		s.log.Debug("destination_concurrency_feedback", kv...)
 	} else {

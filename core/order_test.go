@@ -466,7 +466,6 @@ func TestInflationBound(t *testing.T) {
 func TestRandomOrderIsSeededShuffle(t *testing.T) {
 	order := func(seed int64) string {
 		s := sim.New(cfg(t, oneAgent+"order = \"random\"\n"), unit, seed)
-		s.Do(func(now time.Time) {}) // nothing yet
 		for i := 0; i < 30; i++ {
 			s.Enqueue(fmt.Sprintf("smtp/h%d.test/u", i))
 		}

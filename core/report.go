@@ -37,10 +37,15 @@ func (s *Scheduler) report(a *agent, l report.Line, now time.Time) {
 		return
 	}
 	rc := v.Rcpts[i]
-	if !l.Notary.IsZero() {
-		v.SetLastNotary(l.Notary)
+	// What the attempt said is kept for the vertex's later use (WHY, the
+	// DSN on expiry); a report that ends the vertex needs no record, and
+	// that is most reports (vertex.SetLastText allocates).
+	if final := l.Status.Class() == report.Delivered || l.Status.Class() == report.Permanent; !final || len(v.Rcpts) > 1 {
+		if !l.Notary.IsZero() {
+			v.SetLastNotary(l.Notary)
+		}
+		v.SetLastText(l.Text)
 	}
-	v.SetLastText(l.Text)
 	switch l.Status.Class() {
 	case report.Delivered:
 		v.Drop(i)
@@ -191,6 +196,13 @@ func (s *Scheduler) outcome(a *agent, v *vertex.Vertex, r vertex.Rcpt, status, t
 // resync handles "#resync path": the agent could not use the job. The file
 // is re-read (stale locks reset) and the job's recipients reconciled.
 func (s *Scheduler) resync(a *agent, path string, now time.Time) {
+	if strings.HasPrefix(path, "/") || path == ".." || strings.HasPrefix(path, "../") || strings.Contains(path, "/../") || strings.HasSuffix(path, "/..") {
+		// Paths an agent names are only ever matched against the core's
+		// own (m.Path), never opened; one that escapes the postoffice is
+		// still a broken or hostile agent, counted like garbage.
+		s.garbage(a, now, "resync outside the postoffice", "#resync "+path)
+		return
+	}
 	inum, ok := inumOf(path)
 	m := s.msgs[inum]
 	if !ok || m == nil || m.Path != path {

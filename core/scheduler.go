@@ -18,13 +18,9 @@ import (
 // ErrDuplicate is returned by Arrive for a message already in core.
 var ErrDuplicate = errors.New("core: message already in core")
 
-// sweepEvery is how often the core looks at agents (job timeouts, idle
-// reaping); expirySweepEvery how often at expiry deadlines that no attempt
-// will reach (ZMailer: 15 minutes).
-const (
-	sweepEvery       = time.Second
-	expirySweepEvery = time.Minute
-)
+// expirySweepEvery bounds how often the core looks at expiry deadlines that
+// no attempt will reach (ZMailer: 15 minutes).
+const expirySweepEvery = time.Minute
 
 // maxGarbage is how many misformed lines an agent may write before it is
 // killed.
@@ -112,11 +108,13 @@ type Scheduler struct {
 	forkSecond int64
 	forks      int
 
-	clauses    map[[2]string]int // (channel, host) → clause index, -1 none
-	dests      destinations      // learned state of destinations without a thread
-	unmatched  []*vertex.Vertex
-	nextSweep  time.Time
-	nextExpiry time.Time
+	clauses   map[[2]string]int // (channel, host) → clause index, -1 none
+	dests     destinations      // learned state of destinations without a thread
+	unmatched []*vertex.Vertex
+	nextSweep time.Time
+	// forkBlocked is set while a ring waits for the fork rate's next second.
+	forkBlocked bool
+	nextExpiry  time.Time
 
 	stats   Counters
 	latency Latency
@@ -201,10 +199,19 @@ func (s *Scheduler) NextWakeup() time.Time {
 	if len(s.timers) > 0 {
 		w = s.timers[0].Wake
 	}
-	if s.total > 0 || len(s.msgs) > 0 {
-		if w.IsZero() || s.nextSweep.Before(w) {
-			w = s.nextSweep
+	earlier := func(at time.Time) {
+		if !at.IsZero() && (w.IsZero() || at.Before(w)) {
+			w = at
 		}
+	}
+	earlier(s.nextSweep)
+	if len(s.msgs) > 0 {
+		earlier(s.nextExpiry)
+	}
+	if s.forkBlocked {
+		// Rings blocked by the fork rate may start in the next second;
+		// others wait for an agent to exit.
+		earlier(time.Unix(s.forkSecond+1, 0))
 	}
 	return w
 }
@@ -229,8 +236,8 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 	m.Vertices = make([]*vertex.Vertex, 0, len(a.Groups))
 	s.msgs[a.Inum] = m
 	s.stats.Arrived++
-	if s.nextSweep.IsZero() {
-		s.nextSweep = now.Add(sweepEvery)
+	if s.nextExpiry.IsZero() {
+		s.nextExpiry = now.Add(s.expiryEvery())
 	}
 	for _, g := range a.Groups {
 		if len(g.Rcpts) == 0 {
@@ -388,7 +395,6 @@ func (s *Scheduler) Tick(now time.Time) {
 		s.touch(t, now)
 	}
 	if !s.nextSweep.IsZero() && !now.Before(s.nextSweep) {
-		s.nextSweep = now.Add(sweepEvery)
 		s.sweepAgents(now)
 	}
 	if !now.Before(s.nextExpiry) {

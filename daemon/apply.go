@@ -15,6 +15,9 @@ import (
 	"zsched/ctlfile"
 )
 
+// maxBacklog bounds the bytes queued for an agent that does not read them.
+const maxBacklog = 1 << 20
+
 // apply carries out the core's actions until it has none left (re-reads
 // feed results back, which may produce more).
 func (d *Daemon) apply() {
@@ -32,6 +35,13 @@ func (d *Daemon) apply() {
 		for _, w := range r.Writes {
 			if p := d.procs[w.Agent]; p != nil {
 				p.Write(w.Line)
+				if n := p.Backlog(); n > maxBacklog {
+					// The protocol answers every line with a #hungry, so a
+					// reading agent never lets this grow: this one stopped
+					// reading but keeps asking for work.
+					d.log.Warn("killing agent", "agent", w.Agent, "pid", p.Pid(), "reason", "not reading its input", "backlog", n)
+					p.Kill(killGrace)
+				}
 				if !w.Due.IsZero() {
 					d.ops.metrics.dispatched(d.now().Sub(w.Due))
 				}

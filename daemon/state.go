@@ -26,7 +26,12 @@ import (
 
 // stateHeader is the first line of the file: it names the format and its
 // version, so a foreign file is never taken for ours.
-const stateHeader = "# zsched destinations v1"
+// Version 2 added the learned ceiling (three fields at the end); a
+// version 1 file still loads, without ceilings.
+const (
+	stateHeader   = "# zsched destinations v2"
+	stateHeaderV1 = "# zsched destinations v1"
+)
 
 // stateSaveEvery is how often the daemon saves the state while it runs; it
 // also saves at shutdown. A crash loses at most this much learning.
@@ -48,15 +53,19 @@ func newStateFile(stateDir string) stateFile {
 func formatDestinations(ds []core.Destination) []byte {
 	var b bytes.Buffer
 	b.WriteString(stateHeader + "\n")
-	b.WriteString("# channel host window success failure fail_cohorts dead_until updated\n")
+	b.WriteString("# channel host window success failure fail_cohorts dead_until updated ceiling strikes ceiling_at\n")
 	for _, d := range ds {
 		dead := "-"
 		if !d.DeadUntil.IsZero() {
 			dead = d.DeadUntil.UTC().Format(time.RFC3339Nano)
 		}
-		fmt.Fprintf(&b, "%s %s %d %s %s %s %s %s\n", d.Channel, d.Host, d.Window.Concurrency,
+		at := "-"
+		if !d.Window.CeilingAt.IsZero() {
+			at = d.Window.CeilingAt.UTC().Format(time.RFC3339Nano)
+		}
+		fmt.Fprintf(&b, "%s %s %d %s %s %s %s %s %d %d %s\n", d.Channel, d.Host, d.Window.Concurrency,
 			ftoa(d.Window.Success), ftoa(d.Window.Failure), ftoa(d.Window.FailCohorts),
-			dead, d.Updated.UTC().Format(time.RFC3339Nano))
+			dead, d.Updated.UTC().Format(time.RFC3339Nano), d.Window.Ceiling, d.Window.Strikes, at)
 	}
 	return b.Bytes()
 }
@@ -71,8 +80,12 @@ var errForeign = errors.New("daemon: not a zsched destinations file")
 // half a learned state is not worth the doubt.
 func parseDestinations(data []byte) ([]core.Destination, error) {
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	if !sc.Scan() || sc.Text() != stateHeader {
+	if !sc.Scan() || sc.Text() != stateHeader && sc.Text() != stateHeaderV1 {
 		return nil, errForeign
+	}
+	fields := 11
+	if sc.Text() == stateHeaderV1 {
+		fields = 8
 	}
 	var ds []core.Destination
 	for n := 2; sc.Scan(); n++ {
@@ -80,7 +93,7 @@ func parseDestinations(data []byte) ([]core.Destination, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		d, err := parseDestination(line)
+		d, err := parseDestination(line, fields)
 		if err != nil {
 			return nil, fmt.Errorf("daemon: destinations line %d: %w", n, err)
 		}
@@ -92,10 +105,10 @@ func parseDestinations(data []byte) ([]core.Destination, error) {
 	return ds, nil
 }
 
-func parseDestination(line string) (core.Destination, error) {
+func parseDestination(line string, fields int) (core.Destination, error) {
 	f := strings.Fields(line)
-	if len(f) != 8 {
-		return core.Destination{}, fmt.Errorf("%d fields, want 8", len(f))
+	if len(f) != fields {
+		return core.Destination{}, fmt.Errorf("%d fields, want %d", len(f), fields)
 	}
 	d := core.Destination{Channel: f[0], Host: f[1]}
 	var err error
@@ -116,6 +129,20 @@ func parseDestination(line string) (core.Destination, error) {
 	}
 	if d.Updated, err = time.Parse(time.RFC3339Nano, f[7]); err != nil {
 		return d, fmt.Errorf("updated %q", f[7])
+	}
+	if fields == 8 {
+		return d, nil
+	}
+	if d.Window.Ceiling, err = strconv.Atoi(f[8]); err != nil || d.Window.Ceiling < 0 {
+		return d, fmt.Errorf("ceiling %q", f[8])
+	}
+	if d.Window.Strikes, err = strconv.Atoi(f[9]); err != nil || d.Window.Strikes < 0 {
+		return d, fmt.Errorf("strikes %q", f[9])
+	}
+	if f[10] != "-" {
+		if d.Window.CeilingAt, err = time.Parse(time.RFC3339Nano, f[10]); err != nil {
+			return d, fmt.Errorf("ceiling_at %q", f[10])
+		}
 	}
 	return d, nil
 }

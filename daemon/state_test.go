@@ -21,7 +21,8 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func sample() []core.Destination {
 	return []core.Destination{
-		{Channel: "smtp", Host: "a.example", Window: thread.WindowState{Concurrency: 7, Success: 1.0 / 3, Failure: 0.1, FailCohorts: 0.2},
+		{Channel: "smtp", Host: "a.example", Window: thread.WindowState{Concurrency: 7, Success: 1.0 / 3, Failure: 0.1, FailCohorts: 0.2,
+			Ceiling: 6, Strikes: 2, CeilingAt: t0.Add(-2 * time.Minute)},
 			Updated: t0.Add(-time.Minute)},
 		{Channel: "smtp", Host: "dead.example", Window: thread.WindowState{Concurrency: 0},
 			DeadUntil: t0.Add(17*time.Minute + 123*time.Millisecond), Updated: t0},
@@ -38,7 +39,7 @@ func TestStateRoundTrip(t *testing.T) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v\nfile:\n%s", got, sample(), data)
 	}
 	// Human-readable: one line per destination, its fields in plain words.
-	if !strings.Contains(string(data), "\nsmtp dead.example 0 0 0 0 2026-03-01T12:17:00.123Z 2026-03-01T12:00:00Z\n") {
+	if !strings.Contains(string(data), "\nsmtp dead.example 0 0 0 0 2026-03-01T12:17:00.123Z 2026-03-01T12:00:00Z 0 0 -\n") {
 		t.Fatalf("unexpected layout:\n%s", data)
 	}
 }
@@ -46,18 +47,33 @@ func TestStateRoundTrip(t *testing.T) {
 func TestStateRejectsForeignOrDamagedFiles(t *testing.T) {
 	good := string(formatDestinations(sample()))
 	for name, data := range map[string]string{
-		"empty":         "",
-		"foreign":       "smtp a.example 7 0 0 0 - 2026-03-01T12:00:00Z\n",
-		"other version": strings.Replace(good, "v1", "v2", 1),
-		"short line":    good + "smtp b.example 3 0 0\n",
-		"bad window":    good + "smtp b.example -1 0 0 0 - 2026-03-01T12:00:00Z\n",
-		"NaN":           good + "smtp b.example 3 NaN 0 0 - 2026-03-01T12:00:00Z\n",
-		"bad time":      good + "smtp b.example 3 0 0 0 - yesterday\n",
-		"truncated":     good[:len(good)-9],
+		"empty":            "",
+		"foreign":          "smtp a.example 7 0 0 0 - 2026-03-01T12:00:00Z\n",
+		"other version":    strings.Replace(good, "v2", "v3", 1),
+		"v1 with v2 lines": strings.Replace(good, "v2", "v1", 1),
+		"bad ceiling":      good + "smtp b.example 3 0 0 0 - 2026-03-01T12:00:00Z x 0 -\n",
+		"short line":       good + "smtp b.example 3 0 0\n",
+		"bad window":       good + "smtp b.example -1 0 0 0 - 2026-03-01T12:00:00Z\n",
+		"NaN":              good + "smtp b.example 3 NaN 0 0 - 2026-03-01T12:00:00Z\n",
+		"bad time":         good + "smtp b.example 3 0 0 0 - yesterday\n",
+		"truncated":        good[:len(good)-9],
 	} {
 		if ds, err := parseDestinations([]byte(data)); err == nil {
 			t.Errorf("%s: accepted, got %+v", name, ds)
 		}
+	}
+}
+
+// TestStateReadsVersion1: a file written before ceilings were learned
+// still restores its windows, without ceilings.
+func TestStateReadsVersion1(t *testing.T) {
+	got, err := parseDestinations([]byte("# zsched destinations v1\nsmtp a.example 7 0 0.5 0 - 2026-03-01T12:00:00Z\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []core.Destination{{Channel: "smtp", Host: "a.example", Window: thread.WindowState{Concurrency: 7, Failure: 0.5}, Updated: t0}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("v1 file gives %+v, want %+v", got, want)
 	}
 }
 

@@ -45,6 +45,32 @@ type Limiter struct {
 	// before any refusal can be judged (an artifact, not the algorithm).
 	Jitter time.Duration
 	Seed   int64
+
+	// Beyond Postfix (issue 10). Ceiling turns learned_ceiling on; off,
+	// the clause is pure Postfix 2.5. A ServerLimit of 0 is a server
+	// without a limit. Noise K > 0 makes one session in K fail its
+	// handshake wherever the concurrency stands (one bad server of K
+	// behind one address). Changes move the server's limit during the run.
+	Ceiling bool
+	Noise   int
+	Changes []Change
+}
+
+// Change moves the server's limit once After deliveries have been judged.
+type Change struct {
+	After int
+	Limit int
+}
+
+// limitAt is the server's limit after n deliveries were judged.
+func (l Limiter) limitAt(n int) int {
+	k := l.ServerLimit
+	for _, c := range l.Changes {
+		if n >= c.After {
+			k = c.Limit
+		}
+	}
+	return k
 }
 
 // Styles are the README's three feedback styles, in its order.
@@ -83,6 +109,8 @@ type Result struct {
 	// Pending is how many recipients were left undelivered after the run
 	// drained the queue (sim only; -1 when the run did not drain).
 	Pending int
+	// Trace is the window after each first-pass feedback event, in order.
+	Trace []float64
 }
 
 // DeferredRate is the first-pass deferred fraction.
@@ -174,8 +202,9 @@ initial_concurrency = %d
 positive_feedback = %q
 negative_feedback = %q
 failed_cohort_limit = 1
+learned_ceiling = %t
 order = "fifo"
-`, strings.Join(q, ", "), l.ClientLimit, l.ClientLimit, l.Initial, l.Feedback, l.Feedback)
+`, strings.Join(q, ", "), l.ClientLimit, l.ClientLimit, l.Initial, l.Feedback, l.Feedback, l.Ceiling)
 }
 
 // host is the experiment's destination.
@@ -193,6 +222,9 @@ type meter struct {
 	deliveries int             // deliveries in the first pass
 	done       chan struct{}   // closed when the first pass is over
 	finished   bool
+	// judged, if set, is called with the number of feedback events so
+	// far after each one (m.mu is held: it must not log).
+	judged func(n int)
 }
 
 // newMeter returns a meter for a first pass of deliveries jobs with rcpts
@@ -224,6 +256,9 @@ func (m *meter) Accept(_ string, _ hclog.Level, msg string, args ...any) {
 	case "destination_concurrency_feedback":
 		if w, ok := kv["window"].(int); ok {
 			m.windows = append(m.windows, float64(w))
+			if m.judged != nil {
+				m.judged(len(m.windows))
+			}
 			m.check()
 		}
 	case "outcome":
@@ -263,6 +298,14 @@ func (m *meter) result(r *Result) {
 	}
 	r.Deliveries = len(m.windows)
 	r.Concurrency = stats(m.windows)
+	r.Trace = append([]float64(nil), m.windows...)
+}
+
+// count is the number of feedback events so far.
+func (m *meter) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.windows)
 }
 
 // logger returns a logger whose every line, trace included, reaches m,

@@ -31,10 +31,26 @@ func Real(ctx context.Context, l Limiter, limited string, log io.Writer) (Result
 	}
 	defer os.RemoveAll(dir)
 	po := filepath.Join(dir, "po")
+	argv := []string{limited, "-c", "smtp", "-slots", filepath.Join(dir, "slots"), "-d", l.Service.String()}
+	// No limit is a limit no client limit reaches; changes go through
+	// -kfile, which the meter rewrites as deliveries are judged.
+	top := maxLimit(l)
+	if top == 0 {
+		top = 10 * max(l.ClientLimit, 1)
+	}
+	argv = append(argv, "-k", strconv.Itoa(top))
+	kfile := filepath.Join(dir, "limit")
+	if len(l.Changes) > 0 {
+		argv = append(argv, "-kfile", kfile)
+		if err := writeLimit(kfile, l.limitAt(0)); err != nil {
+			return res, err
+		}
+	}
+	if l.Noise > 0 {
+		argv = append(argv, "-noise", strconv.Itoa(l.Noise))
+	}
 	doc := fmt.Sprintf("[scheduler]\npostoffice = %s\nscaninterval = \"1s\"\nshutdown_timeout = \"10s\"\n",
-		strconv.Quote(po)) +
-		l.clause(limited, "-c", "smtp", "-slots", filepath.Join(dir, "slots"),
-			"-k", strconv.Itoa(l.ServerLimit), "-d", l.Service.String())
+		strconv.Quote(po)) + l.clause(argv...)
 	cfg, err := config.Parse(filepath.Join(dir, "lab.toml"), []byte(doc))
 	if err != nil {
 		return res, fmt.Errorf("lab: %w", err)
@@ -56,6 +72,17 @@ func Real(ctx context.Context, l Limiter, limited string, log io.Writer) (Result
 	}
 
 	mt := newMeter(l.Messages*l.Rcpts, l.Messages)
+	if len(l.Changes) > 0 {
+		cur := l.limitAt(0)
+		mt.judged = func(n int) {
+			if k := l.limitAt(n); k != cur {
+				cur = k
+				// Best effort: a failed write leaves the old limit, which
+				// the figures would show.
+				_ = writeLimit(kfile, k)
+			}
+		}
+	}
 	d, err := daemon.New(cfg, mt.logger(log, hclog.Info), daemon.Options{Seed: l.Seed})
 	if err != nil {
 		return res, fmt.Errorf("lab: %w", err)
@@ -83,4 +110,17 @@ func Real(ctx context.Context, l Limiter, limited string, log io.Writer) (Result
 		return res, fmt.Errorf("lab: %w", err)
 	}
 	return res, nil
+}
+
+// writeLimit sets the limit the agents read at their next job, replacing
+// the file so no agent reads it half written.
+func writeLimit(path string, k int) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(k)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	return nil
 }

@@ -20,7 +20,8 @@ import (
 // greeting); the others take service per recipient, plus up to jitter,
 // and are delivered.
 type server struct {
-	limit   int
+	limit   func() int // 0 = no limit
+	noise   int        // one session in noise fails; 0 = none
 	service time.Duration
 	jitter  time.Duration
 	rng     *rand.Rand
@@ -40,12 +41,18 @@ func (s *server) serve(now time.Time, j sim.Job) sim.Response {
 	}
 	s.ends = open
 	st := make([]report.Status, len(j.Rcpts))
-	if len(s.ends) >= s.limit {
+	if k := s.limit(); k > 0 && len(s.ends) >= k {
 		s.refused++
 		for i := range st {
 			st[i] = report.DeferAll
 		}
 		return sim.Response{Status: st, Text: "421 4.7.0 too many concurrent sessions"}
+	}
+	if s.noise > 0 && s.rng.Intn(s.noise) == 0 {
+		for i := range st {
+			st[i] = report.DeferAll
+		}
+		return sim.Response{Status: st, Text: "421 4.3.2 bad server behind the address"}
 	}
 	d := s.service * time.Duration(len(j.Rcpts))
 	if s.jitter > 0 {
@@ -70,7 +77,8 @@ func Sim(l Limiter) (Result, error) {
 		return res, fmt.Errorf("lab: %w", err)
 	}
 	m := newMeter(l.Messages*l.Rcpts, l.Messages)
-	srv := &server{limit: l.ServerLimit, service: l.Service, jitter: l.Jitter, rng: rand.New(rand.NewSource(l.Seed))}
+	srv := &server{limit: func() int { return l.limitAt(m.count()) }, noise: l.Noise,
+		service: l.Service, jitter: l.Jitter, rng: rand.New(rand.NewSource(l.Seed))}
 	s := sim.New(cfg, nil, l.Seed)
 	// The core the sim made logs nowhere; this one logs to the meter.
 	s.Core = core.New(cfg, m.logger(nil, hclog.Off), rand.New(rand.NewSource(l.Seed)))
@@ -103,8 +111,8 @@ func Sim(l Limiter) (Result, error) {
 	}
 	res.Elapsed = s.Now.Sub(sim.Epoch)
 	m.result(&res)
-	if srv.peak > l.ServerLimit {
-		return res, fmt.Errorf("lab: the simulated server had %d sessions, limit %d", srv.peak, l.ServerLimit)
+	if top := maxLimit(l); top > 0 && srv.peak > top {
+		return res, fmt.Errorf("lab: the simulated server had %d sessions, limit %d", srv.peak, top)
 	}
 	s.Run(7 * 24 * time.Hour)
 	if err := s.Err(); err != nil {
@@ -118,4 +126,17 @@ func (m *meter) isDone() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.finished
+}
+
+// maxLimit is the highest limit the server has during the run, 0 if it
+// has none at some point.
+func maxLimit(l Limiter) int {
+	top := l.ServerLimit
+	for _, c := range l.Changes {
+		if top == 0 || c.Limit == 0 {
+			return 0
+		}
+		top = max(top, c.Limit)
+	}
+	return top
 }

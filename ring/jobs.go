@@ -223,7 +223,7 @@ func (r *Ring) tick(now time.Time) int64 {
 // caller then pushes v on its thread's heap. A vertex another ring counts
 // is taken from that ring's job first.
 func (r *Ring) AddEntry(v *vertex.Vertex, now time.Time) *Job {
-	if j := JobOf(v); j != nil {
+	if JobOf(v) != nil {
 		Forget(v)
 	}
 	r.tick(now)

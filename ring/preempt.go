@@ -64,9 +64,9 @@ func (r *Ring) Preempt(now time.Time, p Picker) bool {
 	js.attempted = true
 	r.tick(now)
 	cur := r.Current()
-	if p := js.parked; p != nil && p != cur {
+	if old := js.parked; old != nil && old != cur {
 		js.parked = nil
-		js.sync(p)
+		js.sync(old) // back in the index now that it is not current
 	}
 	if cur == nil || cur.avail <= 0 || int(cur.total()) < k.MinSlots*k.Cost {
 		return false

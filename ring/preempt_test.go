@@ -570,9 +570,9 @@ func TestBlockedJobIsSkippedAndComesBack(t *testing.T) {
 }
 
 func TestMatchesNaiveModel(t *testing.T) {
-	runs := 300
+	runs := 200
 	if testing.Short() {
-		runs = 60
+		runs = 40
 	}
 	moves, blocks, picks := 0, 0, 0
 	for run := 0; run < runs; run++ {

@@ -456,6 +456,26 @@ func (s *Sim) deliver(e *event) {
 	s.apply()
 }
 
+// Advance handles every event and timer due up to Epoch+to, then sets the
+// clock there: unlike Step it never runs past the given time, and it keeps
+// going while the queue is empty (idle agents still age).
+func (s *Sim) Advance(to time.Duration) {
+	end := Epoch.Add(to)
+	for s.err == nil {
+		next := s.Core.NextWakeup()
+		if len(s.events) > 0 && (next.IsZero() || s.events[0].at.Before(next)) {
+			next = s.events[0].at
+		}
+		if next.IsZero() || next.After(end) {
+			break
+		}
+		s.Step()
+	}
+	if s.Now.Before(end) {
+		s.Now = end
+	}
+}
+
 // Run steps until nothing is left to happen, the queue is empty and idle,
 // or until is reached.
 func (s *Sim) Run(until time.Duration) {

@@ -1,6 +1,10 @@
 package thread
 
-import "zsched/config"
+import (
+	"time"
+
+	"zsched/config"
+)
 
 // roundoff absorbs float rounding in the feedback sums, so that six
 // feedbacks of 1/6 make one step as the README means them to, not
@@ -25,6 +29,14 @@ const roundoff = 1e-9
 //     else the initial concurrency ("best concurrency is anyone's guess"):
 //     not to a single probe.
 //
+// Beyond Postfix, a window learns a ceiling (learned_ceiling): the
+// destination's own limit, from its refusals, so that a server with an
+// active limiter is not re-tested every pseudo-cohort (Postfix's 1/N defers
+// one delivery in N+1 there for as long as the traffic lasts). See
+// Succeeded and Failed for the rules. The ceiling only ever slows positive
+// feedback; negative feedback, dead-destination detection and the ramp-up
+// of a destination that never pushes back are exactly Postfix's.
+//
 // The core uses only the methods, never the fields, so that a shared
 // implementation can take Window's place (DESIGN §13); the fields are
 // exported for the state file and for tests.
@@ -34,12 +46,38 @@ type Window struct {
 	Failure     float64 // the negative cycle: a failure below 0 costs one
 	FailCohorts float64 // pseudo-cohorts failed since the last success
 
+	// The learned ceiling: 0 = none. Strikes counts refusals just above
+	// it not cancelled by failures at or below it, at most 2; at 2 the
+	// ceiling is confirmed and slows growth past it. Calm counts
+	// deliveries judged since the last site failure, Clean those of them
+	// judged above the ceiling.
+	Ceiling   int
+	Strikes   int
+	Calm      int
+	Clean     int
+	CeilingAt time.Time // when the ceiling was learned, last confirmed or raised
+
 	Max         int // maxthr: the destination concurrency limit
 	Initial     int // initial_concurrency
 	Positive    config.Feedback
 	Negative    config.Feedback
 	CohortLimit int // failed_cohort_limit; 0 = never dead
+
+	Learn       bool          // learned_ceiling
+	ProbeFactor int           // ceiling_probe_factor
+	TTL         time.Duration // ceiling_ttl; 0 = never forgotten
 }
+
+// confirmedStrikes is how many refusals just above a ceiling confirm it.
+// One refusal may be noise or a burst's overshoot; a second at the same
+// level, with no failure below it between them, looks like a limit.
+const confirmedStrikes = 2
+
+// promptRefusal is how many deliveries above the ceiling may be judged
+// before a refusal and it still counts as prompt: those that were in
+// flight when the window stepped up end about when the new session is
+// refused.
+const promptRefusal = 2
 
 // NewWindow returns a window at the clause's initial concurrency.
 func NewWindow(c *config.Clause) Window {
@@ -49,6 +87,9 @@ func NewWindow(c *config.Clause) Window {
 		Positive:    c.PositiveFeedback,
 		Negative:    c.NegativeFeedback,
 		CohortLimit: c.FailedCohortLimit,
+		Learn:       c.LearnedCeiling,
+		ProbeFactor: max(c.CeilingProbeFactor, 1),
+		TTL:         time.Duration(c.CeilingTTL),
 	}
 	w.Concurrency = min(w.Initial, w.Max)
 	return w
@@ -62,20 +103,40 @@ func (w *Window) Limit() int { return w.Concurrency }
 func (w *Window) Dead() bool { return w.Concurrency == 0 }
 
 // Succeeded applies positive feedback for one delivery without a site
-// failure. busy is the number of agents on the destination, this delivery's
-// included. A dead destination revives. Otherwise the safety rule withholds
-// feedback unless concurrency < busy + initial: a window far above what is
-// in use would delay the effect of negative feedback.
-func (w *Window) Succeeded(busy int) {
+// failure, judged at now. busy is the number of agents on the destination,
+// this delivery's included. A dead destination revives. Otherwise the
+// safety rule withholds feedback unless concurrency < busy + initial: a
+// window far above what is in use would delay the effect of negative
+// feedback.
+//
+// With a learned ceiling: a whole pseudo-cohort (window-many deliveries)
+// judged above the ceiling without a site failure shows the destination
+// takes more, and the ceiling rises to the window, unconfirmed. At or
+// above a confirmed ceiling positive feedback is divided by the probe
+// factor, so the window tests the limit once in factor times as many
+// deliveries as Postfix's.
+func (w *Window) Succeeded(busy int, now time.Time) {
 	w.FailCohorts = 0
 	if w.Concurrency == 0 {
 		w.Revive(busy)
 		return
 	}
+	w.expire(now)
+	w.Calm++
+	if w.Ceiling > 0 && w.Concurrency > w.Ceiling {
+		w.Clean++
+		if w.Clean >= w.Concurrency {
+			w.Ceiling, w.Strikes, w.Clean, w.CeilingAt = w.Concurrency, 0, 0, now
+		}
+	}
 	if w.Concurrency >= w.Max || w.Concurrency >= busy+w.Initial {
 		return
 	}
-	w.Success += w.Positive.Of(float64(w.Concurrency))
+	g := w.Positive.Of(float64(w.Concurrency))
+	if w.Confirmed() && w.Concurrency >= w.Ceiling {
+		g /= float64(w.ProbeFactor)
+	}
+	w.Success += g
 	// Hysteresis: concurrency grows at the end of 1/g steps. The loop
 	// allows for feedback above 1 and for rounding.
 	for w.Success >= 1-roundoff {
@@ -88,10 +149,26 @@ func (w *Window) Succeeded(busy int) {
 }
 
 // Failed applies negative feedback for one delivery that ended in a site
-// failure. It reports whether this failure declared the destination dead.
-func (w *Window) Failed() (died bool) {
+// failure, judged at now. It reports whether this failure declared the
+// destination dead.
+//
+// With learned_ceiling, the failure at window W first teaches the ceiling
+// (before Postfix's feedback lowers the window):
+//   - no ceiling, or W above ceiling+1: the limit is W-1, one strike;
+//   - W = ceiling+1: a probe refused, as a limit would: one more strike
+//     (confirmed at two), and the ceiling's age starts over;
+//   - W at or below the ceiling: a limit there does not explain it (noise,
+//     as one bad server of K behind one address, or a limit that fell). A
+//     confirmed ceiling loses its confirmation; an unconfirmed one moves
+//     to W-1. So noise cannot hold a window down for long, and a limit
+//     that fell is learned anew at its next two refusals.
+func (w *Window) Failed(now time.Time) (died bool) {
 	if w.Concurrency == 0 {
 		return false
+	}
+	w.expire(now)
+	if w.Learn {
+		w.learn(now)
 	}
 	w.FailCohorts += 1 / float64(w.Concurrency)
 	if w.CohortLimit > 0 && w.FailCohorts >= float64(w.CohortLimit)-roundoff {
@@ -112,6 +189,53 @@ func (w *Window) Failed() (died bool) {
 	return false
 }
 
+// learn applies a site failure at the current window to the ceiling.
+func (w *Window) learn(now time.Time) {
+	at := w.Concurrency
+	// A limiter refuses the first session past it at once, and never one
+	// at or below it; noise strikes anywhere, at any time. A refusal
+	// counts as a strike only when it came promptly after the window
+	// stepped past the ceiling, and after a whole pseudo-cohort at or
+	// below the ceiling went without a site failure.
+	prompt := w.Clean <= promptRefusal
+	settled := w.Calm-w.Clean >= w.Ceiling
+	switch {
+	case w.Ceiling == 0 || at > w.Ceiling+1:
+		w.Ceiling, w.Strikes, w.CeilingAt = max(at-1, 1), 1, now
+	case at == w.Ceiling+1 && prompt && settled:
+		w.Strikes = min(w.Strikes+1, confirmedStrikes)
+		w.CeilingAt = now
+	case at == w.Ceiling+1:
+		w.Strikes = min(w.Strikes, 1)
+	case w.Strikes >= confirmedStrikes:
+		w.Strikes--
+	default:
+		w.Ceiling, w.Strikes, w.CeilingAt = max(at-1, 1), 1, now
+	}
+	w.Clean, w.Calm = 0, 0
+}
+
+// expire forgets a ceiling older than the TTL: a destination's capacity
+// changes, and a ceiling nothing confirmed for that long is a guess.
+func (w *Window) expire(now time.Time) {
+	if w.Ceiling > 0 && w.TTL > 0 && now.Sub(w.CeilingAt) > w.TTL {
+		w.Ceiling, w.Strikes, w.Calm, w.Clean, w.CeilingAt = 0, 0, 0, 0, time.Time{}
+	}
+}
+
+// Confirmed reports whether the window has a confirmed ceiling, one that
+// slows growth past it.
+func (w *Window) Confirmed() bool { return w.Ceiling > 0 && w.Strikes >= confirmedStrikes }
+
+// LearnedCeiling returns the ceiling in force at now (0 if none) and
+// whether it is confirmed.
+func (w *Window) LearnedCeiling(now time.Time) (ceiling int, confirmed bool) {
+	if w.Ceiling == 0 || w.TTL > 0 && now.Sub(w.CeilingAt) > w.TTL {
+		return 0, false
+	}
+	return w.Ceiling, w.Confirmed()
+}
+
 // Revive brings a dead destination back: to busy agents when some are still
 // at work, else to the initial concurrency, with fresh feedback cycles. It
 // does nothing to a live one.
@@ -129,7 +253,8 @@ func (w *Window) Revive(busy int) {
 // Fresh reports whether the window holds nothing learned: it is where a
 // new destination starts.
 func (w *Window) Fresh() bool {
-	return w.Concurrency == min(w.Initial, w.Max) && w.Success == 0 && w.Failure == 0 && w.FailCohorts == 0
+	return w.Concurrency == min(w.Initial, w.Max) && w.Success == 0 && w.Failure == 0 && w.FailCohorts == 0 &&
+		w.Ceiling == 0
 }
 
 // WindowState is the learned part of a Window: what a restart should not
@@ -139,20 +264,31 @@ type WindowState struct {
 	Success     float64
 	Failure     float64
 	FailCohorts float64
+	Ceiling     int // 0 = none
+	Strikes     int
+	CeilingAt   time.Time
 }
 
 // State returns the learned part of w.
 func (w *Window) State() WindowState {
-	return WindowState{Concurrency: w.Concurrency, Success: w.Success, Failure: w.Failure, FailCohorts: w.FailCohorts}
+	return WindowState{Concurrency: w.Concurrency, Success: w.Success, Failure: w.Failure, FailCohorts: w.FailCohorts,
+		Ceiling: w.Ceiling, Strikes: w.Strikes, CeilingAt: w.CeilingAt}
 }
 
 // Restore sets the learned part of w from s, clamped to w's current limit
 // (the configuration may have changed since s was learned). Values a window
-// cannot reach are ignored.
+// cannot reach are ignored. A ceiling is kept only while the clause learns
+// ceilings, and never above maxthr; one past its TTL is dropped at the
+// next feedback.
 func (w *Window) Restore(s WindowState) {
-	if s.Concurrency < 0 || s.Success < 0 || s.Success >= 1 || s.Failure < 0 || s.Failure > 1 || s.FailCohorts < 0 {
+	if s.Concurrency < 0 || s.Success < 0 || s.Success >= 1 || s.Failure < 0 || s.Failure > 1 || s.FailCohorts < 0 ||
+		s.Ceiling < 0 || s.Strikes < 0 || s.Strikes > confirmedStrikes {
 		return
 	}
 	w.Concurrency = min(s.Concurrency, w.Max)
 	w.Success, w.Failure, w.FailCohorts = s.Success, s.Failure, s.FailCohorts
+	w.Ceiling, w.Strikes, w.Calm, w.Clean, w.CeilingAt = 0, 0, 0, 0, time.Time{}
+	if w.Learn && s.Ceiling > 0 {
+		w.Ceiling, w.Strikes, w.CeilingAt = min(s.Ceiling, w.Max), s.Strikes, s.CeilingAt
+	}
 }

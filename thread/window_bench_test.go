@@ -2,6 +2,7 @@ package thread
 
 import (
 	"testing"
+	"time"
 
 	"zsched/config"
 )
@@ -11,12 +12,13 @@ import (
 func BenchmarkWindow(b *testing.B) {
 	c := config.Default().Defaults
 	w := NewWindow(&c)
+	epoch := time.Unix(0, 0)
 	b.ResetTimer()
 	for i := range b.N {
 		if i%50 == 49 {
-			w.Failed()
+			w.Failed(epoch)
 		} else {
-			w.Succeeded(w.Limit())
+			w.Succeeded(w.Limit(), epoch)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+	"time"
 
 	"zsched/config"
 )
@@ -20,6 +21,9 @@ func window(initial, limit int, pos, neg config.Feedback, cohorts int) Window {
 		PositiveFeedback: pos, NegativeFeedback: neg, FailedCohortLimit: cohorts})
 }
 
+// epoch is the time feedback is judged at where time does not matter.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // noSafety is a busy count large enough that the safety rule never binds.
 const noSafety = 1000
 
@@ -31,7 +35,7 @@ func successesPerStep(t *testing.T, w Window) []int {
 	n := 0
 	for w.Limit() < w.Max {
 		before := w.Limit()
-		w.Succeeded(noSafety)
+		w.Succeeded(noSafety, epoch)
 		n++
 		if w.Limit() != before {
 			if w.Limit() != before+1 {
@@ -83,13 +87,13 @@ func TestPositiveFeedbackHysteresis(t *testing.T) {
 func TestPositiveFeedbackStepByStep(t *testing.T) {
 	w := window(5, 20, inverse, inverse, 1)
 	for i := 1; i <= 4; i++ {
-		w.Succeeded(noSafety)
+		w.Succeeded(noSafety, epoch)
 		if w.Limit() != 5 || math.Abs(w.Success-0.2*float64(i)) > 1e-9 {
 			t.Fatalf("after %d successes: window %d success %g, want 5 and %g", i, w.Limit(), w.Success, 0.2*float64(i))
 		}
 	}
 	w.Failure = 0.5 // as a negative cycle in progress would leave it
-	w.Succeeded(noSafety)
+	w.Succeeded(noSafety, epoch)
 	if w.Limit() != 6 || w.Success > 1e-9 {
 		t.Fatalf("5th success: window %d success %g, want 6 and 0", w.Limit(), w.Success)
 	}
@@ -108,7 +112,7 @@ func TestNegativeFeedbackReverseHysteresis(t *testing.T) {
 			w.Concurrency = 12
 			// The very first failure costs one at once: the step happens at
 			// the BEGINNING of the 1/f sequence.
-			if w.Failed() || w.Limit() != 11 {
+			if w.Failed(epoch) || w.Limit() != 11 {
 				t.Fatalf("first failure: window %d, want 11", w.Limit())
 			}
 			// The rest of the cycle is paid by the failures that follow:
@@ -120,7 +124,7 @@ func TestNegativeFeedbackReverseHysteresis(t *testing.T) {
 			}
 			n := 0
 			for w.Limit() == 11 {
-				w.Failed()
+				w.Failed(epoch)
 				n++
 			}
 			if n != wantMore {
@@ -136,20 +140,20 @@ func TestOneLonelyFailureCostsAWholeStep(t *testing.T) {
 	// would; and it wipes the positive feedback gathered so far.
 	w := window(5, 20, inverse, inverse, 1)
 	for i := 0; i < 4; i++ {
-		w.Succeeded(noSafety)
+		w.Succeeded(noSafety, epoch)
 	}
-	w.Failed()
+	w.Failed(epoch)
 	if w.Limit() != 4 || w.Success != 0 {
 		t.Fatalf("window %d success %g after 4 successes and a failure, want 4 and 0", w.Limit(), w.Success)
 	}
 	// The climb back starts from nothing: 4 successes at window 4.
 	for i := 0; i < 3; i++ {
-		w.Succeeded(noSafety)
+		w.Succeeded(noSafety, epoch)
 	}
 	if w.Limit() != 4 {
 		t.Fatalf("window %d after 3 successes at 4, want still 4", w.Limit())
 	}
-	w.Succeeded(noSafety)
+	w.Succeeded(noSafety, epoch)
 	if w.Limit() != 5 {
 		t.Fatalf("window %d after 4 successes at 4, want 5", w.Limit())
 	}
@@ -160,19 +164,19 @@ func TestSafetyRule(t *testing.T) {
 	w := window(5, 20, fixed1, inverse, 1)
 	w.Concurrency = 10
 	for _, busy := range []int{0, 4, 5} {
-		w.Succeeded(busy)
+		w.Succeeded(busy, epoch)
 		if w.Limit() != 10 || w.Success != 0 {
 			t.Fatalf("busy %d: window %d success %g, want feedback withheld", busy, w.Limit(), w.Success)
 		}
 	}
-	w.Succeeded(6)
+	w.Succeeded(6, epoch)
 	if w.Limit() != 11 {
 		t.Fatalf("busy 6: window %d, want 11", w.Limit())
 	}
 	// Withheld feedback still ends a run of failed cohorts: the delivery
 	// worked.
 	w.FailCohorts = 0.5
-	w.Succeeded(0)
+	w.Succeeded(0, epoch)
 	if w.FailCohorts != 0 {
 		t.Fatalf("fail_cohorts %g after a success, want 0", w.FailCohorts)
 	}
@@ -181,14 +185,14 @@ func TestSafetyRule(t *testing.T) {
 func TestLimitBounds(t *testing.T) {
 	w := window(5, 20, fixed1, fixed1, 0)
 	w.Concurrency = 19
-	w.Succeeded(noSafety)
-	w.Succeeded(noSafety)
+	w.Succeeded(noSafety, epoch)
+	w.Succeeded(noSafety, epoch)
 	if w.Limit() != 20 || w.Success != 0 {
 		t.Fatalf("window %d success %g, want clamped at maxthr 20 with nothing gathered", w.Limit(), w.Success)
 	}
 	w.Concurrency = 2
 	for i := 0; i < 10; i++ {
-		w.Failed()
+		w.Failed(epoch)
 	}
 	if w.Limit() != 1 {
 		t.Fatalf("window %d after many failures with dead detection off, want 1", w.Limit())
@@ -208,18 +212,18 @@ func TestCohortFailureDeclaresDead(t *testing.T) {
 	w := window(5, 20, inverse, inverse, 1)
 	want := []int{4, 4, 4, 4}
 	for i, c := range want {
-		if w.Failed() {
+		if w.Failed(epoch) {
 			t.Fatalf("dead after %d failures, fail_cohorts %g", i+1, w.FailCohorts)
 		}
 		if w.Limit() != c {
 			t.Fatalf("failure %d: window %d, want %d", i+1, w.Limit(), c)
 		}
 	}
-	if !w.Failed() || !w.Dead() || w.Limit() != 0 {
+	if !w.Failed(epoch) || !w.Dead() || w.Limit() != 0 {
 		t.Fatalf("5th failure: window %d fail_cohorts %g, want dead", w.Limit(), w.FailCohorts)
 	}
 	// Failures of deliveries still in flight change nothing more.
-	if w.Failed() || w.Limit() != 0 {
+	if w.Failed(epoch) || w.Limit() != 0 {
 		t.Fatal("a dead destination's failure changed it")
 	}
 
@@ -227,22 +231,22 @@ func TestCohortFailureDeclaresDead(t *testing.T) {
 	// it is dead at once (qmgr_queue.c's >=; the README pseudocode's >
 	// would need a second one), with limit 2 after the second.
 	w = window(1, 20, inverse, inverse, 1)
-	if !w.Failed() {
+	if !w.Failed(epoch) {
 		t.Fatal("window 1, limit 1: one failure must declare it dead")
 	}
 	w = window(1, 20, inverse, inverse, 2)
-	if w.Failed() || !w.Failed() {
+	if w.Failed(epoch) || !w.Failed(epoch) {
 		t.Fatal("window 1, limit 2: dead exactly at the second failure")
 	}
 
 	// A success in between starts the count over.
 	w = window(5, 20, inverse, inverse, 1)
 	for i := 0; i < 4; i++ {
-		w.Failed()
+		w.Failed(epoch)
 	}
-	w.Succeeded(noSafety)
+	w.Succeeded(noSafety, epoch)
 	for i := 0; i < 3; i++ {
-		if w.Failed() {
+		if w.Failed(epoch) {
 			t.Fatalf("dead %d failures after a success", i+1)
 		}
 	}
@@ -252,7 +256,7 @@ func TestRevive(t *testing.T) {
 	dead := func() Window {
 		w := window(5, 20, inverse, inverse, 1)
 		for !w.Dead() {
-			w.Failed()
+			w.Failed(epoch)
 		}
 		return w
 	}
@@ -266,7 +270,7 @@ func TestRevive(t *testing.T) {
 	}
 	// By the success of a delivery in flight: as many as are at work.
 	w = dead()
-	w.Succeeded(2)
+	w.Succeeded(2, epoch)
 	if w.Limit() != 2 || w.Dead() {
 		t.Fatalf("revived by a success with 2 busy: window %d, want 2", w.Limit())
 	}
@@ -275,7 +279,7 @@ func TestRevive(t *testing.T) {
 	w = dead()
 	w.Revive(0)
 	n := 0
-	for !w.Failed() {
+	for !w.Failed(epoch) {
 		n++
 	}
 	if n+1 != 5 {
@@ -283,7 +287,7 @@ func TestRevive(t *testing.T) {
 	}
 	// Revive leaves a live window alone.
 	w = window(5, 20, inverse, inverse, 1)
-	w.Succeeded(noSafety)
+	w.Succeeded(noSafety, epoch)
 	before := w
 	w.Revive(3)
 	if w != before {
@@ -296,7 +300,7 @@ func TestStateRestore(t *testing.T) {
 	if !w.Fresh() {
 		t.Fatal("new window not fresh")
 	}
-	w.Succeeded(noSafety)
+	w.Succeeded(noSafety, epoch)
 	if w.Fresh() {
 		t.Fatal("window with gathered feedback reported fresh")
 	}
@@ -402,11 +406,11 @@ func TestWindowAgainstPseudocode(t *testing.T) {
 		pFail := rng.Float64()
 		for step := 0; step < 500; step++ {
 			if rng.Float64() < pFail {
-				w.Failed()
+				w.Failed(epoch)
 				r.afterFailure()
 			} else {
 				busy := rng.Intn(limit + 1)
-				w.Succeeded(busy)
+				w.Succeeded(busy, epoch)
 				r.afterSuccess(busy)
 			}
 			if w.Concurrency != r.concurrency || w.Success != r.success || w.Failure != r.failure || w.FailCohorts != r.failCohorts {

@@ -1,6 +1,7 @@
 // Command lab runs zsched's experiments and prints their tables.
 //
 //	lab feedback [-real] [flags]   Postfix's active-limiter experiment (SCHEDULER_README)
+//	lab ceiling [-sim]             the learned concurrency ceiling beside Postfix's 1/N
 //
 // Each subcommand is one function in its own file; add one by adding a case.
 package main
@@ -19,6 +20,8 @@ commands:
   feedback   concurrency feedback against an active server limiter (Postfix
              SCHEDULER_README): in simulation, or with -real end to end
   postfix    the same experiment against a real Postfix smtpd through smtp-ta
+  ceiling    the learned concurrency ceiling beside Postfix's 1/N feedback: limiter,
+             unlimited server, noisy server, changing limit; sim and (unless -sim) real
 `
 
 func main() {
@@ -40,6 +43,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return feedback(args[1:], stdout, stderr)
 	case "postfix":
 		return postfixLab(args[1:], stdout, stderr)
+	case "ceiling":
+		return ceiling(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

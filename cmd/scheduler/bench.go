@@ -72,9 +72,11 @@ maxta = %d
 message_active_limit = %d
 recipient_active_limit = %d
 
+# GOMAXPROCS=1: the sink is one goroutine; more Ps only add idle
+# threads that the Go runtime wakes and parks around every blocking read.
 [[clause]]
 select = "smtp/*"
-command = [%q, "-c", "smtp"]
+command = ["GOMAXPROCS=1", %q, "-c", "smtp"]
 maxring = %d
 maxthr = %d
 initial_concurrency = %d

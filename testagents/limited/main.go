@@ -16,7 +16,13 @@
 // destination, each taken with flock(LOCK_EX|LOCK_NB): the limit holds
 // across processes, and a killed agent's slot is freed by the kernel.
 //
-//	limited -c channel -slots DIR [-k 5] [-d 20ms] [-log FILE] [host]
+//	limited -c channel -slots DIR [-k 5] [-kfile FILE] [-noise N] [-d 20ms] [-log FILE] [host]
+//
+// With -kfile, the limit is read from FILE (a decimal number, at most -k)
+// at every job, so a test can raise or lower it mid-run by rewriting the
+// file; a missing or unreadable file means -k. With -noise N, one session
+// in N (at random) fails its handshake whatever the concurrency, as one
+// bad server of N behind one address does: deferall for each recipient.
 //
 // With -log, each delivered recipient is appended to FILE as
 // "inum/offset user" (one write each, O_APPEND), so tests can count
@@ -27,9 +33,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -44,6 +52,8 @@ func main() {
 	k := fs.Int("k", 5, "concurrent sessions the destination accepts")
 	delay := fs.Duration("d", 20*time.Millisecond, "service time per recipient")
 	logPath := fs.String("log", "", "append delivered recipients to this file")
+	kfile := fs.String("kfile", "", "read the current limit (at most -k) from this file at every job")
+	noise := fs.Int("noise", 0, "one session in this many fails its handshake (0 = none)")
 	a, err := ta.ParseFlags(fs, os.Args[1:], "")
 	if err != nil {
 		fail(err)
@@ -64,17 +74,24 @@ func main() {
 		defer f.Close()
 		sink.Log = f
 	}
-	refusal := fmt.Sprintf("421 4.7.0 too many concurrent sessions (limit %d)", *k)
+	rng := rand.New(rand.NewSource(time.Now().UnixNano() ^ int64(os.Getpid())))
 	err = a.Serve(func(d *ta.Delivery) []ta.Result {
-		slot := take(slots)
-		if slot == nil {
+		refuse := func(text string) []ta.Result {
 			res := make([]ta.Result, 0, len(d.Rcpts))
 			for _, i := range d.Rcpts {
-				res = append(res, ta.Result{Rcpt: i, Status: report.DeferAll, Text: refusal,
+				res = append(res, ta.Result{Rcpt: i, Status: report.DeferAll, Text: text,
 					Notary: report.Notary{Recipient: d.Rcpt(i).User, Action: "failed",
-						Status: "4.7.0", Diagnostic: "smtp; " + refusal}})
+						Status: "4.7.0", Diagnostic: "smtp; " + text}})
 			}
 			return res
+		}
+		if *noise > 0 && rng.Intn(*noise) == 0 {
+			return refuse("421 4.3.2 bad server behind the address")
+		}
+		n := limit(*kfile, *k)
+		slot := take(slots[:n])
+		if slot == nil {
+			return refuse(fmt.Sprintf("421 4.7.0 too many concurrent sessions (limit %d)", n))
 		}
 		res := sink.Deliver(d)
 		release(slot)
@@ -83,6 +100,23 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+}
+
+// limit is the destination's current limit: from kfile when it holds a
+// number from 1 to k, else k.
+func limit(kfile string, k int) int {
+	if kfile == "" {
+		return k
+	}
+	b, err := os.ReadFile(kfile)
+	if err != nil {
+		return k
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 1 || n > k {
+		return k
+	}
+	return n
 }
 
 // slot is one session of the destination: a slot file, open for the

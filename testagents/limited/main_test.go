@@ -139,3 +139,26 @@ func TestAgentRefusesWhenFull(t *testing.T) {
 		t.Fatalf("delivery log has %d lines, want 2:\n%s", got, b)
 	}
 }
+
+// TestLimitFile: the limit follows the file a test rewrites, within 1..k,
+// and falls back to k when the file says nothing usable.
+func TestLimitFile(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "k")
+	if n := limit(f, 10); n != 10 {
+		t.Errorf("missing file: limit %d, want 10", n)
+	}
+	for _, tc := range []struct {
+		text string
+		want int
+	}{{"5\n", 5}, {"10", 10}, {"11", 10}, {"0", 10}, {"five", 10}, {" 3 ", 3}} {
+		if err := os.WriteFile(f, []byte(tc.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if n := limit(f, 10); n != tc.want {
+			t.Errorf("file %q: limit %d, want %d", tc.text, n, tc.want)
+		}
+	}
+	if n := limit("", 7); n != 7 {
+		t.Errorf("no file: limit %d, want 7", n)
+	}
+}
