@@ -30,6 +30,12 @@ func TestAgentEnvironmentAndCredentials(t *testing.T) {
 			t.Skip("no user nobody to run an agent as")
 		}
 		creds = "user = \"nobody\"\n"
+		// nobody must reach postoffice/transport, its working directory.
+		for _, d := range []string{filepath.Dir(p.dir), p.dir} {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
 		wantID = u.Uid + " " + u.Gid
 	}
 	// /bin/sh is the program here, named in the command: zsched itself never
