@@ -98,6 +98,8 @@ type ThreadView struct {
 	Agents     []int // ids of the agents attached
 	Window     int   // current concurrency; 0 = dead
 	MaxThr     int
+	Ceiling    int  // learned concurrency ceiling (issue 10); 0 = none
+	Confirmed  bool // the ceiling is confirmed: growth past it is slowed
 	State      ThreadState
 	Pend       Reason    // for ThreadBlocked: the limit in the way
 	Wake       time.Time // next time of interest; zero = none
@@ -246,6 +248,7 @@ func (s *Scheduler) threadView(t *thread.Thread, now time.Time, agents []int) Th
 		State: s.threadState(t, now), Wake: t.Wake, LastText: t.LastText,
 		QueueOnly: t.QueueOnly, Turned: t.Turned, Held: t.Held,
 	}
+	tv.Ceiling, tv.Confirmed = t.Window.LearnedCeiling(now)
 	if t.BackingOff(now) {
 		tv.Backoff = t.BackoffUntil
 	}
@@ -361,12 +364,13 @@ type VertexView struct {
 
 // Why is the reason a vertex waits, with the time it ends when known.
 type Why struct {
-	Reason Reason
-	Until  time.Time // end of a retry, back-off or dead period
-	Agent  int       // the agent, for ReasonRunning
-	Busy   int       // agents on the destination, for ReasonWindow
-	Window int       // the destination's window, for ReasonWindow
-	Limit  int       // the limit's value, for the limit reasons
+	Reason  Reason
+	Until   time.Time // end of a retry, back-off or dead period
+	Agent   int       // the agent, for ReasonRunning
+	Busy    int       // agents on the destination, for ReasonWindow
+	Window  int       // the destination's window, for ReasonWindow
+	Ceiling int       // its learned ceiling, for ReasonWindow; 0 = none
+	Limit   int       // the limit's value, for the limit reasons
 }
 
 // String says the reason in a sentence for operators.
@@ -384,6 +388,9 @@ func (w Why) String() string {
 	case ReasonDead:
 		return "destination dead (failed cohorts over the limit); next probe at " + at(w.Until)
 	case ReasonWindow:
+		if w.Ceiling > 0 {
+			return fmt.Sprintf("destination concurrency window full: %d of %d agents busy (learned ceiling %d)", w.Busy, w.Window, w.Ceiling)
+		}
 		return fmt.Sprintf("destination concurrency window full: %d of %d agents busy", w.Busy, w.Window)
 	case ReasonMaxRing:
 		return fmt.Sprintf("waiting for an agent: the ring is at maxring %d", w.Limit)
@@ -429,7 +436,8 @@ func (s *Scheduler) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
 		return Why{Reason: ReasonRetry, Until: v.NotBefore}
 	}
 	if lim := t.Window.Limit(); t.Busy >= lim {
-		return Why{Reason: ReasonWindow, Busy: t.Busy, Window: lim}
+		c, _ := t.Window.LearnedCeiling(now)
+		return Why{Reason: ReasonWindow, Busy: t.Busy, Window: lim, Ceiling: c}
 	}
 	if !t.Wants(now) {
 		return Why{Reason: ReasonDue}
@@ -555,6 +563,7 @@ type DestWindow struct {
 	Host     string
 	Window   int
 	MaxThr   int
+	Ceiling  int // learned ceiling; 0 = none
 	Busy     int
 	Vertices int
 }
@@ -573,8 +582,9 @@ func (s *Scheduler) Gauges(now time.Time, n int) Gauges {
 	all := make([]DestWindow, 0, len(s.threads))
 	for _, t := range s.threads {
 		g.Threads[s.threadState(t, now)]++
+		c, _ := t.Window.LearnedCeiling(now)
 		all = append(all, DestWindow{Channel: t.Channel, Host: t.Host, Window: t.Window.Limit(),
-			MaxThr: s.clause(t.Clause).MaxThr, Busy: t.Busy, Vertices: t.Vertices})
+			MaxThr: s.clause(t.Clause).MaxThr, Ceiling: c, Busy: t.Busy, Vertices: t.Vertices})
 	}
 	sort.Slice(all, func(i, j int) bool {
 		a, b := all[i], all[j]

@@ -254,6 +254,11 @@ func (s *Scheduler) Reread(now time.Time, inum int64, a *Arrival) {
 		}
 	}
 	for _, v := range append([]*vertex.Vertex(nil), m.Vertices...) {
+		if v.Agent != 0 && !v.Resynced {
+			// Another live agent holds it: it may have marked a recipient
+			// and not yet reported it; its report (or its exit) settles it.
+			continue
+		}
 		for i := len(v.Rcpts) - 1; i >= 0; i-- {
 			if !pending[v.Rcpts[i].Offset] {
 				r := v.Drop(i)

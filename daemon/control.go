@@ -338,7 +338,16 @@ func (d *Daemon) threadLine(now time.Time, t core.ThreadView, agents map[int]cor
 	if !t.Oldest.IsZero() {
 		fmt.Fprintf(&b, " QA=%s", age(now.Sub(t.Oldest)))
 	}
-	fmt.Fprintf(&b, " window=%d/%d state=%s", t.Window, t.MaxThr, t.State)
+	fmt.Fprintf(&b, " window=%d/%d", t.Window, t.MaxThr)
+	if t.Ceiling > 0 {
+		// An unconfirmed ceiling is a guess from one refusal: marked "?".
+		q := "?"
+		if t.Confirmed {
+			q = ""
+		}
+		fmt.Fprintf(&b, " ceiling=%d%s", t.Ceiling, q)
+	}
+	fmt.Fprintf(&b, " state=%s", t.State)
 	return b.String()
 }
 
@@ -573,6 +582,8 @@ type QueueThread struct {
 	Pids       []int      `json:"pids"`
 	Window     int        `json:"window"`
 	MaxThr     int        `json:"maxthr"`
+	Ceiling    int        `json:"ceiling,omitempty"`
+	Confirmed  bool       `json:"ceiling_confirmed,omitempty"`
 	Wake       *time.Time `json:"wake,omitempty"`
 	Backoff    *time.Time `json:"backoff_until,omitempty"`
 	Oldest     *time.Time `json:"oldest,omitempty"`
@@ -612,7 +623,7 @@ func (d *Daemon) Queue(now time.Time) Queue {
 		for _, t := range r.Threads {
 			qt := QueueThread{Channel: t.Channel, Host: t.Host, State: t.State.String(),
 				Vertices: t.Vertices, Recipients: t.Recipients, Attempts: t.Attempts, Pids: []int{},
-				Window: t.Window, MaxThr: t.MaxThr, Wake: timePtr(t.Wake), Backoff: timePtr(t.Backoff),
+				Window: t.Window, MaxThr: t.MaxThr, Ceiling: t.Ceiling, Confirmed: t.Confirmed, Wake: timePtr(t.Wake), Backoff: timePtr(t.Backoff),
 				Oldest: timePtr(t.Oldest), QueueOnly: t.QueueOnly, Turned: t.Turned, Held: t.Held,
 				LastText: t.LastText}
 			if t.State == core.ThreadBlocked {

@@ -104,6 +104,8 @@ var (
 	descAgents     = prometheus.NewDesc("zsched_agents", "Transport agents by state.", []string{"state"}, nil)
 	descWindow     = prometheus.NewDesc("zsched_destination_window",
 		fmt.Sprintf("Concurrency window of the %d busiest destinations (0 = dead).", windowTop), []string{"channel", "host"}, nil)
+	descCeiling = prometheus.NewDesc("zsched_destination_ceiling",
+		fmt.Sprintf("Learned concurrency ceiling of the %d busiest destinations (0 = none).", windowTop), []string{"channel", "host"}, nil)
 	descBusy = prometheus.NewDesc("zsched_destination_busy",
 		fmt.Sprintf("Agents working each of the %d busiest destinations.", windowTop), []string{"channel", "host"}, nil)
 	descArrived = prometheus.NewDesc("zsched_messages_arrived_total", "Messages read into core.", nil, nil)
@@ -116,7 +118,7 @@ type gaugeCollector struct{ d *Daemon }
 
 func (c *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMessages, descVertices, descRecipients, descThreads,
-		descAgents, descWindow, descBusy, descArrived, descSpawned, descKilled} {
+		descAgents, descWindow, descCeiling, descBusy, descArrived, descSpawned, descKilled} {
 		ch <- d
 	}
 }
@@ -145,6 +147,7 @@ func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, w := range g.Busiest {
 		gauge(descWindow, w.Window, w.Channel, w.Host)
+		gauge(descCeiling, w.Ceiling, w.Channel, w.Host)
 		gauge(descBusy, w.Busy, w.Channel, w.Host)
 	}
 	counter(descArrived, n.Arrived)

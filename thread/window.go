@@ -122,7 +122,9 @@ func (w *Window) Succeeded(busy int, now time.Time) {
 		return
 	}
 	w.expire(now)
-	w.Calm++
+	if w.Ceiling > 0 {
+		w.Calm++
+	}
 	if w.Ceiling > 0 && w.Concurrency > w.Ceiling {
 		w.Clean++
 		if w.Clean >= w.Concurrency {
@@ -287,7 +289,7 @@ func (w *Window) Restore(s WindowState) {
 	}
 	w.Concurrency = min(s.Concurrency, w.Max)
 	w.Success, w.Failure, w.FailCohorts = s.Success, s.Failure, s.FailCohorts
-	w.Ceiling, w.Strikes, w.Calm, w.Clean, w.CeilingAt = 0, 0, 0, 0, time.Time{}
+	w.Ceiling, w.Strikes, w.CeilingAt = 0, 0, time.Time{}
 	if w.Learn && s.Ceiling > 0 {
 		w.Ceiling, w.Strikes, w.CeilingAt = min(s.Ceiling, w.Max), s.Strikes, s.CeilingAt
 	}
