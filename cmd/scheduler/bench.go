@@ -42,6 +42,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	hash := fs.Int("hash", 0, "hash directory levels of the queue (0, 1 or 2)")
 	logLevel := fs.String("log", "info", "scheduler log level (info logs every outcome, as in production)")
 	keep := fs.Bool("keep", false, "keep the postoffice and log")
+	generateOnly := fs.Bool("generate", false, "only generate the queue and its config, print where, and keep them")
 	cpuprofile := fs.String("cpuprofile", "", "write the scheduler's CPU profile to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -60,7 +61,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if !*keep {
+	if !*keep && !*generateOnly {
 		defer os.RemoveAll(dir)
 	}
 	po := filepath.Join(dir, "postoffice")
@@ -97,6 +98,10 @@ overfeed = %d
 	total := *messages * *rcpts
 	fmt.Fprintf(stdout, "queue: %d messages × %d recipients over %d domains (%d recipients) generated in %.2fs\n",
 		*messages, *rcpts, *domains, total, time.Since(start).Seconds())
+	if *generateOnly {
+		fmt.Fprintf(stdout, "generated: scheduler run -drain -config %s\n", cfgPath)
+		return nil
+	}
 
 	self := *schedPath
 	if self == "" {
