@@ -50,6 +50,12 @@ const liveLockDelay = 32 * time.Second
 // agent events.
 const readBatch = 256
 
+// startBatch is readBatch while the queue found at start is read: reading
+// then has priority over feeding (a turn of it takes some 10–50 ms), so
+// that the core soon knows the whole queue; the first job lines still go
+// out after the first batch.
+const startBatch = 4096
+
 // scanStep bounds how many names one turn takes from the scan.
 const scanStep = 1024
 
@@ -79,9 +85,8 @@ type intake struct {
 	batch   []string
 	scanned int // names the current pass queued
 
-	names   []string  // scratch: the batch being read
-	fetched []fetched // scratch: what fetch returns
-	ready   []fetched // read, waiting for room in core
+	inflight *fetchJob // a batch being read on other goroutines
+	ready    []fetched // read, waiting for room in core, in order
 
 	// Recipients in core by message, as counted at admission and lowered
 	// by each final outcome: the core counts messages, not recipients.
@@ -251,19 +256,24 @@ func (d *Daemon) intakeStep() {
 	now := d.now()
 	in := &d.in
 	d.scanSome(now)
-	// Files read last turn that did not fit go first.
-	for len(in.ready) > 0 && d.room(now) {
-		r := in.ready[0]
-		in.ready[0] = fetched{}
-		in.ready = in.ready[1:]
-		d.admit(r)
+	// A batch read on other goroutines since the last turn joins the
+	// files already read, after them: arrival order is kept.
+	if in.inflight != nil {
+		in.ready = append(in.ready, in.inflight.wait()...)
+		in.inflight = nil
 	}
-	if len(in.ready) == 0 && in.pending() > 0 && d.room(now) {
-		// As many as can be messages in core, a batch at most; the
-		// recipient limit is known only once they are read, and what
-		// does not fit waits in ready, already read.
-		n := min(readBatch, in.pending(), d.cfg.Scheduler.MessageActiveLimit-d.core.Messages())
-		batch := in.names[:0]
+	// Start the next batch before handing this one to the core, so that
+	// reading overlaps placing. As many files as can still be messages in
+	// core, a batch at most; the recipient limit is known only once they
+	// are read, and what does not fit waits in ready, already read (at
+	// most two batches).
+	if in.pending() > 0 && len(in.ready) <= startBatch && d.room(now) {
+		most := readBatch
+		if in.initial {
+			most = startBatch
+		}
+		n := min(most, in.pending(), d.cfg.Scheduler.MessageActiveLimit-d.core.Messages()-len(in.ready))
+		var batch []string
 		for range n {
 			rel := in.pop()
 			if inum, ok := inumOf(rel); ok && d.core.Has(inum) {
@@ -272,20 +282,27 @@ func (d *Daemon) intakeStep() {
 			in.known[rel] = true // until admitted
 			batch = append(batch, rel)
 		}
-		in.names = batch
-		for _, r := range d.fetch(batch) {
-			if len(in.ready) == 0 && d.room(now) {
-				d.admit(r)
-			} else {
-				in.ready = append(in.ready, r)
+		if len(batch) >= parallelFetch {
+			in.inflight = d.startFetch(batch)
+		} else {
+			for _, rel := range batch {
+				f, err := d.spool.Read(rel)
+				in.ready = append(in.ready, fetched{rel: rel, f: f, err: err})
 			}
 		}
-		clear(batch)
-		clear(in.fetched)
+	}
+	for len(in.ready) > 0 && d.room(now) {
+		r := in.ready[0]
+		in.ready[0] = fetched{}
+		in.ready = in.ready[1:]
+		d.admit(r)
+	}
+	if len(in.ready) == 0 {
+		in.ready = nil // a large batch must not pin its array
 	}
 	// Names freed room for more of the pass.
 	d.scanSome(now)
-	if d.in.initial && !d.in.scanEnded.IsZero() && d.in.pending() == 0 {
+	if in.initial && !in.scanEnded.IsZero() && in.pending() == 0 && in.inflight == nil && len(in.ready) == 0 {
 		d.in.initial = false
 		secs := max(d.now().Sub(d.in.started).Seconds(), 1e-6)
 		d.log.Info("queue read at start", "files", d.in.firstRead,
@@ -304,6 +321,9 @@ func (d *Daemon) intakeBusy() bool {
 	if in.scan != nil && in.pending() < in.max {
 		return true
 	}
+	if in.inflight != nil {
+		return true
+	}
 	if in.pending() == 0 && len(in.ready) == 0 {
 		return false
 	}
@@ -314,7 +334,7 @@ func (d *Daemon) intakeBusy() bool {
 // intakeIdle reports whether nothing is known to wait for reading: with
 // -drain the queue is then empty once the core is.
 func (d *Daemon) intakeIdle() bool {
-	return d.in.pending() == 0 && len(d.in.ready) == 0 && len(d.in.later) == 0 && d.in.scan == nil
+	return d.in.pending() == 0 && d.in.inflight == nil && len(d.in.ready) == 0 && len(d.in.later) == 0 && d.in.scan == nil
 }
 
 // intakeWake returns the earlier of wake (zero: none) and the intake's
@@ -328,7 +348,7 @@ func (d *Daemon) intakeWake(wake time.Time) time.Time {
 	if in.scan == nil && in.scanAt.Before(wake) {
 		wake = in.scanAt
 	}
-	if in.total >= d.cfg.Scheduler.RecipientActiveLimit && (in.pending() > 0 || len(in.ready) > 0) {
+	if in.total >= d.cfg.Scheduler.RecipientActiveLimit && (in.pending() > 0 || len(in.ready) > 0 || in.inflight != nil) {
 		// Held back by a count that may be stale: look again.
 		if at := in.reconciled.Add(reconcileEvery); at.Before(wake) {
 			wake = at
@@ -368,38 +388,40 @@ type fetched struct {
 	err error
 }
 
-// parallelFetch is the smallest batch worth spreading over goroutines.
+// parallelFetch is the smallest batch worth reading on other goroutines.
 const parallelFetch = 32
 
-// fetch reads and parses a batch of control files, in order. A large batch
-// (a queue found at start) is spread over one goroutine per CPU: reading
-// is system calls and parsing, independent per file, and touches no
-// scheduling state (Spool's methods may run on any goroutine).
-func (d *Daemon) fetch(rels []string) []fetched {
-	out := d.in.fetched[:0]
-	for _, rel := range rels {
-		out = append(out, fetched{rel: rel})
+// fetchJob is a batch of control files being read and parsed on one
+// goroutine per CPU: reading is system calls and parsing, independent per
+// file, and touches no scheduling state (Spool's methods may run on any
+// goroutine). Run's goroutine hands the results to the core, in order.
+type fetchJob struct {
+	out []fetched
+	wg  sync.WaitGroup
+}
+
+func (d *Daemon) startFetch(rels []string) *fetchJob {
+	j := &fetchJob{out: make([]fetched, len(rels))}
+	for i, rel := range rels {
+		j.out[i].rel = rel
 	}
-	d.in.fetched = out
-	workers := min(runtime.GOMAXPROCS(0), len(rels)/parallelFetch)
-	if workers <= 1 {
-		for i := range out {
-			out[i].f, out[i].err = d.spool.Read(out[i].rel)
-		}
-		return out
-	}
-	var wg sync.WaitGroup
+	workers := max(1, min(runtime.GOMAXPROCS(0), len(rels)/parallelFetch))
 	for w := range workers {
-		wg.Add(1)
+		j.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			for i := w; i < len(out); i += workers {
-				out[i].f, out[i].err = d.spool.Read(out[i].rel)
+			defer j.wg.Done()
+			for i := w; i < len(j.out); i += workers {
+				j.out[i].f, j.out[i].err = d.spool.Read(j.out[i].rel)
 			}
 		}()
 	}
-	wg.Wait()
-	return out
+	return j
+}
+
+// wait returns the batch once every file of it is read.
+func (j *fetchJob) wait() []fetched {
+	j.wg.Wait()
+	return j.out
 }
 
 // admit hands a file read from the queue to the core. A malformed file is

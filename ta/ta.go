@@ -122,8 +122,10 @@ func (d *Delivery) Report(r Result) error {
 }
 
 // Serve runs the protocol until the scheduler sends an empty line or closes
-// In, and then returns nil. It prints #hungry (and flushes) before every
-// read. Each job line, "path\thost" or "path", is opened relative to Dir;
+// In, and then returns nil. It prints #hungry before every read, and
+// flushes before any read that could block (and at least every
+// millisecond): job lines already buffered are taken without a flush in
+// between, so the reports of quick jobs go out together. Each job line, "path\thost" or "path", is opened relative to Dir;
 // the pending r lines of Channel and the job's host (compared without case)
 // are locked and passed to deliver, which returns one Result per recipient
 // it did not Report. Serve then marks and reports each: delivered → '+',
