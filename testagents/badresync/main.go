@@ -8,36 +8,18 @@ package main
 
 import (
 	"bufio"
-	"flag"
 	"fmt"
 	"os"
-	"strings"
 
-	"zsched/ta"
+	"zsched/testagents"
 )
 
 func main() {
-	fs := flag.NewFlagSet("badresync", flag.ContinueOnError)
-	if _, err := ta.ParseFlags(fs, os.Args[1:], ""); err != nil {
-		fmt.Fprintf(os.Stderr, "# badresync: %v\n", err)
-		os.Exit(1)
-	}
-	in := bufio.NewReader(os.Stdin)
-	out := bufio.NewWriter(os.Stdout)
-	for {
-		out.WriteString("#hungry\n")
-		if err := out.Flush(); err != nil {
-			os.Exit(1)
-		}
-		line, err := in.ReadString('\n')
-		if err != nil || line == "\n" {
-			return
-		}
-		line = strings.TrimSuffix(line, "\n")
-		if line == "#idle" {
-			continue
-		}
-		p, _, _ := strings.Cut(line, "\t")
+	err := testagents.Raw("badresync", os.Args[1:], os.Stdin, os.Stdout, func(p string, out *bufio.Writer) {
 		fmt.Fprintf(out, "#resync /etc/passwd\n#resync ../x\n#resync ../../../../etc/shadow\n#resync ../transport/%s\n#resync /%s\n", p, p)
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "# %v\n", err)
+		os.Exit(1)
 	}
 }

@@ -9,37 +9,17 @@ package main
 
 import (
 	"bufio"
-	"flag"
 	"fmt"
 	"os"
 	"path"
 	"strings"
 
-	"zsched/ta"
+	"zsched/testagents"
 )
 
 func main() {
-	fs := flag.NewFlagSet("garbage", flag.ContinueOnError)
-	if _, err := ta.ParseFlags(fs, os.Args[1:], ""); err != nil {
-		fmt.Fprintf(os.Stderr, "# garbage: %v\n", err)
-		os.Exit(1)
-	}
-	in := bufio.NewReader(os.Stdin)
-	out := bufio.NewWriter(os.Stdout)
-	for job := 0; ; {
-		out.WriteString("#hungry\n")
-		if err := out.Flush(); err != nil {
-			os.Exit(1)
-		}
-		line, err := in.ReadString('\n')
-		if err != nil || line == "\n" {
-			return
-		}
-		line = strings.TrimSuffix(line, "\n")
-		if line == "#idle" {
-			continue
-		}
-		p, _, _ := strings.Cut(line, "\t")
+	job := 0
+	err := testagents.Raw("garbage", os.Args[1:], os.Stdin, os.Stdout, func(p string, out *bufio.Writer) {
 		base := path.Base(p)
 		inum := base[:len(base)-len(strings.TrimLeft(base, "0123456789"))]
 		if inum == "" {
@@ -52,5 +32,9 @@ func main() {
 			out.WriteString("#hungry\n")
 		}
 		job++
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "# %v\n", err)
+		os.Exit(1)
 	}
 }

@@ -9,44 +9,27 @@ package main
 
 import (
 	"bufio"
-	"flag"
 	"fmt"
 	"os"
 	"path"
 	"strings"
 
 	"zsched/ctlfile"
-	"zsched/ta"
+	"zsched/testagents"
 )
 
 func main() {
-	fs := flag.NewFlagSet("wrongreport", flag.ContinueOnError)
-	if _, err := ta.ParseFlags(fs, os.Args[1:], ""); err != nil {
-		fmt.Fprintf(os.Stderr, "# wrongreport: %v\n", err)
-		os.Exit(1)
-	}
-	in := bufio.NewReader(os.Stdin)
-	out := bufio.NewWriter(os.Stdout)
-	for {
-		out.WriteString("#hungry\n")
-		if err := out.Flush(); err != nil {
-			os.Exit(1)
-		}
-		line, err := in.ReadString('\n')
-		if err != nil || line == "\n" {
-			return
-		}
-		line = strings.TrimSuffix(line, "\n")
-		if line == "#idle" {
-			continue
-		}
-		p, _, _ := strings.Cut(line, "\t")
+	err := testagents.Raw("wrongreport", os.Args[1:], os.Stdin, os.Stdout, func(p string, out *bufio.Writer) {
 		inum := digits(path.Base(p))
 		if other, off, ok := another(p); ok {
 			fmt.Fprintf(out, "%s/%d\t\tok3 not my job: another message's recipient\n", other, off)
 		}
 		fmt.Fprintf(out, "987654321/%d\t\tok3 a message that does not exist\n", 42)
 		fmt.Fprintf(out, "%s/%d\t\tok3 an offset that is no r line\n", inum, 1<<30)
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "# %v\n", err)
+		os.Exit(1)
 	}
 }
 
