@@ -187,10 +187,38 @@ func (d *Daemon) diags(ds []core.Diag) {
 		})
 	}
 	for _, path := range order {
-		if err := d.spool.AppendDiags(path, byFile[path]); err != nil {
-			d.log.Error("cannot append d lines", "msg", path, "error", err)
-		}
+		d.appendOrKeep(path, byFile[path])
 	}
+}
+
+// appendOrKeep appends d lines to a control file; what cannot be written
+// now is kept and retried when the message completes (writeUnwritten).
+func (d *Daemon) appendOrKeep(path string, ds []ctlfile.Diag) bool {
+	write := d.appendDiags
+	if write == nil {
+		write = d.spool.AppendDiags
+	}
+	if err := write(path, ds); err != nil {
+		d.log.Error("cannot append d lines; kept to retry before the message completes",
+			"msg", path, "lines", len(ds), "error", err)
+		if d.unwritten == nil {
+			d.unwritten = make(map[string][]ctlfile.Diag)
+		}
+		d.unwritten[path] = append(d.unwritten[path], ds...)
+		return false
+	}
+	return true
+}
+
+// writeUnwritten retries the d lines kept for path; false means some are
+// still unwritten and the message must not complete yet.
+func (d *Daemon) writeUnwritten(path string) bool {
+	ds, ok := d.unwritten[path]
+	if !ok {
+		return true
+	}
+	delete(d.unwritten, path)
+	return d.appendOrKeep(path, ds)
 }
 
 // logOutcome writes the per-recipient line operators grep, with fixed keys.

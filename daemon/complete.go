@@ -41,6 +41,14 @@ import (
 
 // finish completes a message: its DSN, then its files removed.
 func (d *Daemon) finish(c core.Complete) {
+	if c.Killed {
+		delete(d.unwritten, c.Path)
+	} else if !d.writeUnwritten(c.Path) {
+		// Its DSN would lack those recipients: leave the message on disk;
+		// the next scan brings it back and finish tries again.
+		d.log.Error("message not completed: d lines still unwritten; the next scan tries again", "msg", c.Path)
+		return
+	}
 	if !c.Killed {
 		if err := d.report(c.Path); err != nil {
 			d.log.Error("cannot send delivery status notification; the message stays queued and the next scan tries again",

@@ -48,6 +48,14 @@ type Daemon struct {
 	core  *core.Scheduler
 	now   func() time.Time
 
+	// unwritten holds d lines whose append failed (disk full, I/O error),
+	// per control file, retried before the message completes: a lost d line
+	// would drop its recipient from the DSN.
+	unwritten map[string][]ctlfile.Diag
+	// appendDiags appends d lines; nil means d.spool.AppendDiags (tests
+	// inject failures here).
+	appendDiags func(rel string, ds []ctlfile.Diag) error
+
 	procs   map[int]*agent.Proc
 	events  chan agent.Event
 	notify  chan string

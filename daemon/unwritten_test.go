@@ -1,0 +1,70 @@
+package daemon
+
+import (
+	"fmt"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"zsched/core"
+	"zsched/ctlfile"
+	"zsched/report"
+)
+
+// TestUnwrittenDiagIsRetriedBeforeCompletion: the scheduler's own d line
+// (for an agent's plain `error`) fails to append; the message must not
+// complete without it, and once the disk recovers its DSN names the
+// recipient.
+func TestUnwrittenDiagIsRetriedBeforeCompletion(t *testing.T) {
+	d := completionDaemon(t)
+	rel, err := d.spool.Enqueue(&ctlfile.Message{
+		Sender: "someone@sender.test",
+		Rcpts:  []ctlfile.Address{{Channel: "smtp", Host: "dest.test", User: "a@dest.test"}},
+		Header: []byte(origHeader),
+		Body:   []byte("the body\n"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ctlfile.Open(filepath.Join(d.spool.TransportDir(), rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := h.File
+	// The agent reported `error` and marked the line: the d line is ours.
+	if err := h.Mark(0, ctlfile.Failed); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	full := fmt.Errorf("write: %w", syscall.ENOSPC)
+	d.appendDiags = func(string, []ctlfile.Diag) error { return full }
+	d.diags([]core.Diag{{Path: rel, Inum: f.Inum, Offset: f.Rcpts[0].Offset,
+		Notary: report.Notary{Recipient: "a@dest.test", Action: "failed", Status: "5.1.1", Diagnostic: "smtp; 550 no such user"},
+		Text: "550 no such user"}})
+
+	complete := core.Complete{Path: rel, ID: f.ID, Inum: f.Inum, Diags: true}
+	d.finish(complete)
+	if !fileExists(filepath.Join(d.spool.TransportDir(), rel)) {
+		t.Fatal("the message completed while its d line was unwritten")
+	}
+	if dsns := otherFiles(t, d, rel); len(dsns) != 0 {
+		t.Fatalf("a DSN was queued without the unwritten d line: %v", dsns)
+	}
+
+	d.appendDiags = nil // the disk recovered
+	d.finish(complete)
+	if fileExists(filepath.Join(d.spool.TransportDir(), rel)) {
+		t.Fatal("the message did not complete once its d line could be written")
+	}
+	dsns := otherFiles(t, d, rel)
+	if len(dsns) != 1 {
+		t.Fatalf("%d files queued, want one DSN", len(dsns))
+	}
+	_, _, rcpts := readDSN(t, d.spool, dsns[0])
+	if len(rcpts) != 1 || rcpts[0].Get("Final-Recipient") != "rfc822; a@dest.test" || rcpts[0].Get("Status") != "5.1.1" {
+		t.Fatalf("DSN recipients %v", rcpts)
+	}
+	if _, ok := d.unwritten[rel]; ok {
+		t.Fatal("the retried d lines are still kept")
+	}
+}
