@@ -40,7 +40,7 @@ func TestUnwrittenDiagIsRetriedBeforeCompletion(t *testing.T) {
 	d.appendDiags = func(string, []ctlfile.Diag) error { return full }
 	d.diags([]core.Diag{{Path: rel, Inum: f.Inum, Offset: f.Rcpts[0].Offset,
 		Notary: report.Notary{Recipient: "a@dest.test", Action: "failed", Status: "5.1.1", Diagnostic: "smtp; 550 no such user"},
-		Text: "550 no such user"}})
+		Text:   "550 no such user"}})
 
 	complete := core.Complete{Path: rel, ID: f.ID, Inum: f.Inum, Diags: true}
 	d.finish(complete)
