@@ -12,8 +12,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"zsched/config"
-	"zsched/ctlfile"
 	"zsched/daemon"
 	"zsched/postfix"
 )
@@ -60,28 +58,10 @@ func Postfix(ctx context.Context, l Limiter, smtpTA string, log io.Writer) (Post
 	defer pf.Stop()
 
 	po := filepath.Join(dir, "po")
-	doc := fmt.Sprintf("[scheduler]\npostoffice = %s\nscaninterval = \"1s\"\nshutdown_timeout = \"10s\"\n",
-		strconv.Quote(po)) +
-		l.clause(smtpTA, "-c", "smtp", "-h", "lab.test", "-F", "[127.0.0.1]:"+strconv.Itoa(pf.Port),
-			"-connect-timeout", "10s", "-timeout", "60s")
-	cfg, err := config.Parse(filepath.Join(dir, "lab.toml"), []byte(doc))
+	cfg, err := l.queue(dir, po, host, smtpTA, "-c", "smtp", "-h", "lab.test", "-F", "[127.0.0.1]:"+strconv.Itoa(pf.Port),
+		"-connect-timeout", "10s", "-timeout", "60s")
 	if err != nil {
-		return res, fmt.Errorf("lab: %w", err)
-	}
-	sp := &ctlfile.Spool{Root: po, NoSync: true}
-	if err := sp.Init(); err != nil {
-		return res, fmt.Errorf("lab: %w", err)
-	}
-	for i := 0; i < l.Messages; i++ {
-		m := &ctlfile.Message{Sender: "lab@example.org", Header: []byte("Subject: lab " + strconv.Itoa(i)),
-			Body: []byte("limiter experiment\n")}
-		for k := 0; k < l.Rcpts; k++ {
-			m.Rcpts = append(m.Rcpts, ctlfile.Address{Channel: "smtp", Host: host,
-				User: "u" + strconv.Itoa(i) + "." + strconv.Itoa(k) + "@" + host})
-		}
-		if _, err := sp.Enqueue(m); err != nil {
-			return res, fmt.Errorf("lab: %w", err)
-		}
+		return res, err
 	}
 
 	mt := newMeter(l.Messages*l.Rcpts, l.Messages)

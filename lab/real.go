@@ -49,26 +49,9 @@ func Real(ctx context.Context, l Limiter, limited string, log io.Writer) (Result
 	if l.Noise > 0 {
 		argv = append(argv, "-noise", strconv.Itoa(l.Noise))
 	}
-	doc := fmt.Sprintf("[scheduler]\npostoffice = %s\nscaninterval = \"1s\"\nshutdown_timeout = \"10s\"\n",
-		strconv.Quote(po)) + l.clause(argv...)
-	cfg, err := config.Parse(filepath.Join(dir, "lab.toml"), []byte(doc))
+	cfg, err := l.queue(dir, po, host, argv...)
 	if err != nil {
-		return res, fmt.Errorf("lab: %w", err)
-	}
-	sp := &ctlfile.Spool{Root: po, NoSync: true}
-	if err := sp.Init(); err != nil {
-		return res, fmt.Errorf("lab: %w", err)
-	}
-	for i := 0; i < l.Messages; i++ {
-		m := &ctlfile.Message{Sender: "lab@example.org", Header: []byte("Subject: lab " + strconv.Itoa(i)),
-			Body: []byte("limiter experiment\n")}
-		for k := 0; k < l.Rcpts; k++ {
-			m.Rcpts = append(m.Rcpts, ctlfile.Address{Channel: "smtp", Host: host,
-				User: "u" + strconv.Itoa(i) + "." + strconv.Itoa(k) + "@" + host})
-		}
-		if _, err := sp.Enqueue(m); err != nil {
-			return res, fmt.Errorf("lab: %w", err)
-		}
+		return res, err
 	}
 
 	mt := newMeter(l.Messages*l.Rcpts, l.Messages)
@@ -123,4 +106,31 @@ func writeLimit(path string, k int) error {
 		return fmt.Errorf("lab: %w", err)
 	}
 	return nil
+}
+
+// queue writes the experiment's configuration (one clause running argv) and
+// its queue: l.Messages messages of l.Rcpts recipients, all at host.
+func (l Limiter) queue(dir, po, host string, argv ...string) (*config.Config, error) {
+	doc := fmt.Sprintf("[scheduler]\npostoffice = %s\nscaninterval = \"1s\"\nshutdown_timeout = \"10s\"\n",
+		strconv.Quote(po)) + l.clause(argv...)
+	cfg, err := config.Parse(filepath.Join(dir, "lab.toml"), []byte(doc))
+	if err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
+	sp := &ctlfile.Spool{Root: po, NoSync: true}
+	if err := sp.Init(); err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
+	for i := 0; i < l.Messages; i++ {
+		m := &ctlfile.Message{Sender: "lab@example.org", Header: []byte("Subject: lab " + strconv.Itoa(i)),
+			Body: []byte("limiter experiment\n")}
+		for k := 0; k < l.Rcpts; k++ {
+			m.Rcpts = append(m.Rcpts, ctlfile.Address{Channel: "smtp", Host: host,
+				User: "u" + strconv.Itoa(i) + "." + strconv.Itoa(k) + "@" + host})
+		}
+		if _, err := sp.Enqueue(m); err != nil {
+			return nil, fmt.Errorf("lab: %w", err)
+		}
+	}
+	return cfg, nil
 }
