@@ -2,17 +2,12 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
-	"time"
 
-	"github.com/hashicorp/go-hclog"
-
-	"zsched/daemon"
 	"zsched/postfix"
 )
 
@@ -65,28 +60,7 @@ func Postfix(ctx context.Context, l Limiter, smtpTA string, log io.Writer) (Post
 	}
 
 	mt := newMeter(l.Messages*l.Rcpts, l.Messages)
-	d, err := daemon.New(cfg, mt.logger(log, hclog.Info), daemon.Options{Seed: l.Seed})
-	if err != nil {
-		return res, fmt.Errorf("lab: %w", err)
-	}
-	run, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan error, 1)
-	start := time.Now()
-	go func() { done <- d.Run(run) }()
-	select {
-	case <-mt.done:
-		res.Elapsed = time.Since(start)
-		stop()
-		err = <-done
-	case err = <-done:
-		switch {
-		case ctx.Err() != nil:
-			err = fmt.Errorf("first pass not over: %w", context.Cause(ctx))
-		case err == nil:
-			err = errors.New("the daemon stopped before the first pass was over")
-		}
-	}
+	res.Elapsed, err = firstPass(ctx, cfg, mt, log, l.Seed)
 	mt.result(&res.Result)
 	s, serr := pf.Summary()
 	res.Refused, res.Sessions = s.TooMany, s.Connects

@@ -66,28 +66,7 @@ func Real(ctx context.Context, l Limiter, limited string, log io.Writer) (Result
 			}
 		}
 	}
-	d, err := daemon.New(cfg, mt.logger(log, hclog.Info), daemon.Options{Seed: l.Seed})
-	if err != nil {
-		return res, fmt.Errorf("lab: %w", err)
-	}
-	run, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan error, 1)
-	start := time.Now()
-	go func() { done <- d.Run(run) }()
-	select {
-	case <-mt.done:
-		res.Elapsed = time.Since(start)
-		stop()
-		err = <-done
-	case err = <-done:
-		switch {
-		case ctx.Err() != nil:
-			err = fmt.Errorf("first pass not over: %w", context.Cause(ctx))
-		case err == nil:
-			err = errors.New("the daemon stopped before the first pass was over")
-		}
-	}
+	res.Elapsed, err = firstPass(ctx, cfg, mt, log, l.Seed)
 	mt.result(&res)
 	if err != nil {
 		return res, fmt.Errorf("lab: %w", err)
@@ -133,4 +112,32 @@ func (l Limiter) queue(dir, po, host string, argv ...string) (*config.Config, er
 		}
 	}
 	return cfg, nil
+}
+
+// firstPass runs a daemon on cfg until the meter has seen every recipient's
+// first attempt, then stops it; it returns how long that took.
+func firstPass(ctx context.Context, cfg *config.Config, mt *meter, log io.Writer, seed int64) (time.Duration, error) {
+	d, err := daemon.New(cfg, mt.logger(log, hclog.Info), daemon.Options{Seed: seed})
+	if err != nil {
+		return 0, fmt.Errorf("lab: %w", err)
+	}
+	run, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- d.Run(run) }()
+	select {
+	case <-mt.done:
+		elapsed := time.Since(start)
+		stop()
+		return elapsed, <-done
+	case err = <-done:
+		switch {
+		case ctx.Err() != nil:
+			err = fmt.Errorf("first pass not over: %w", context.Cause(ctx))
+		case err == nil:
+			err = errors.New("the daemon stopped before the first pass was over")
+		}
+		return 0, err
+	}
 }

@@ -482,20 +482,7 @@ func resyncDone(c *conv) error {
 	if err != nil {
 		return err
 	}
-	if err := markAll(m, '+'); err != nil {
-		return err
-	}
-	if err := c.startFirst(); err != nil {
-		return err
-	}
-	a, err := c.job(m)
-	if err != nil {
-		return err
-	}
-	if err := resynced(a, m.rel); err != nil {
-		return err
-	}
-	return m.unchanged()
+	return resyncAfter(c, m, markAll(m, '+'))
 }
 
 func resyncLocked(c *conv) error {
@@ -504,8 +491,15 @@ func resyncLocked(c *conv) error {
 		return err
 	}
 	// The kit itself is the live process holding the lock.
-	if err := lockAll(m, os.Getpid()); err != nil {
-		return err
+	return resyncAfter(c, m, lockAll(m, os.Getpid()))
+}
+
+// resyncAfter feeds m, prepared so that nothing in it is the agent's to
+// take (prepared is the preparation's error), and checks the agent answers
+// #resync and leaves the file untouched.
+func resyncAfter(c *conv, m *msg, prepared error) error {
+	if prepared != nil {
+		return prepared
 	}
 	if err := c.startFirst(); err != nil {
 		return err
