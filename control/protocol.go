@@ -2,6 +2,7 @@ package control
 
 import (
 	"strings"
+	"time"
 )
 
 // Perm is a set of rights to commands: MAILQ v2's auth attributes plus
@@ -160,11 +161,14 @@ type Peer struct {
 // Request is one command for the scheduler's loop, which must call Respond
 // exactly once.
 type Request struct {
-	Verb  string   // canonical, e.g. "KILL MSG"
-	Args  []string // the words after the verb
-	Line  string   // the line as received
-	Peer  Peer
-	reply chan Reply
+	Verb string   // canonical, e.g. "KILL MSG"
+	Args []string // the words after the verb
+	Line string   // the line as received
+	Peer Peer
+	// Received is when the server read the line: the loop's wait for it
+	// is the time from here to when the loop takes it.
+	Received time.Time
+	reply    chan Reply
 }
 
 // Respond sends the reply; it never blocks.

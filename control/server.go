@@ -462,7 +462,7 @@ func (ss *session) command(line string) bool {
 		}
 		return ss.send(unknown(words))
 	}
-	req := &Request{Verb: v.Name, Args: args, Line: line, Peer: ss.peer, reply: make(chan Reply, 1)}
+	req := &Request{Verb: v.Name, Args: args, Line: line, Peer: ss.peer, Received: time.Now(), reply: make(chan Reply, 1)}
 	timer := time.NewTimer(ss.s.opt.ReplyTimeout)
 	defer timer.Stop()
 	select {

@@ -18,6 +18,10 @@ type Arrival struct {
 	// Warned says a delay warning was already sent for the message (a d
 	// line with action "delayed" in the file): not again after a restart.
 	Warned bool
+	// Diags says the file holds d lines not yet reported in a DSN: the
+	// message owes a report at completion even if no report line said so
+	// (an agent appended one and died before reporting).
+	Diags  bool
 	Groups []Group
 }
 

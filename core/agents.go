@@ -189,7 +189,7 @@ func (s *Scheduler) feed(a *agent, now time.Time) {
 		s.orderPickFrom(a.ring, t, now)
 		v := t.Ready.Pop()
 		s.orderFed(a.ring, v, now)
-		due := v.DueSince
+		due := v.Due()
 		if t.BackoffUntil.After(due) {
 			due = t.BackoffUntil
 		}
@@ -263,12 +263,19 @@ func (s *Scheduler) AgentLine(now time.Time, id int, line string) {
 			s.garbage(a, now, err.Error(), line)
 			return
 		}
-		if _, in := s.msgs[l.Inum]; !in && a.holds(l.Inum) {
-			// Killed or dropped from core while the agent worked on it.
-			s.log.Debug("report for a message no longer in core", "agent", id, "line", line)
+		if s.report(a, l, now) {
 			return
 		}
-		s.report(a, l, now)
+		_, in := s.msgs[l.Inum]
+		switch {
+		case !in && a.holds(l.Inum):
+			// Killed or dropped from core while the agent worked on it.
+			s.log.Debug("report for a message no longer in core", "agent", id, "line", line)
+		case in:
+			s.garbage(a, now, "recipient not fed to this agent (or already reported)", l.String())
+		default:
+			s.garbage(a, now, "unknown message", l.String())
+		}
 	}
 }
 
@@ -299,8 +306,13 @@ func (s *Scheduler) hungry(a *agent, now time.Time) {
 		return
 	}
 	e := a.fifo[0]
-	a.fifo[0] = entry{}
-	a.fifo = a.fifo[1:]
+	// Shift rather than reslice: a queue resliced at the front and
+	// appended at the back allocates anew every few jobs, and allocation
+	// is paid again in GC assists that grow with the live heap. The queue
+	// holds at most overfeed+2 entries.
+	n := copy(a.fifo, a.fifo[1:])
+	a.fifo[n] = entry{}
+	a.fifo = a.fifo[:n]
 	switch e.kind {
 	case entryStart:
 		if a.state == starting {
@@ -374,7 +386,7 @@ func (s *Scheduler) AgentExited(now time.Time, id int, why string) {
 		}
 		m := e.msg
 		s.finish(a, e, now, why+" with the job outstanding")
-		if s.msgs[m.Inum] == m {
+		if !m.Gone {
 			s.ready.Rereads = append(s.ready.Rereads, Reread{Path: m.Path, Inum: m.Inum})
 		}
 	}

@@ -22,7 +22,11 @@ func (s *Scheduler) Check(now time.Time) error {
 		for _, e := range a.fifo {
 			if e.kind == entryJob {
 				jobs++
-				if s.msgs[e.msg.Inum] == e.msg {
+				in := s.msgs[e.msg.Inum] == e.msg
+				if in == e.msg.Gone {
+					return fmt.Errorf("agent %d: msg %d in core %v but gone %v", id, e.msg.Inum, in, e.msg.Gone)
+				}
+				if in {
 					held[e.v] = id
 				}
 			}
@@ -44,6 +48,9 @@ func (s *Scheduler) Check(now time.Time) error {
 		unmatched[v] = true
 	}
 	for inum, m := range s.msgs {
+		if m.Gone {
+			return fmt.Errorf("msg %d: in core but marked gone", inum)
+		}
 		n := 0
 		for _, v := range m.Vertices {
 			n += len(v.Rcpts)
@@ -82,6 +89,9 @@ func (s *Scheduler) Check(now time.Time) error {
 		}
 	}
 	for k, t := range s.threads {
+		if err := t.Check(); err != nil {
+			return fmt.Errorf("thread %s/%s: %w", k.Channel, k.Host, err)
+		}
 		if t.Ready.Len() > 0 && t.BackingOff(now) && t.WakeIndex < 0 {
 			return fmt.Errorf("thread %s/%s backs off with ready work but no timer", k.Channel, k.Host)
 		}
@@ -104,5 +114,5 @@ func (s *Scheduler) Check(now time.Time) error {
 			return err
 		}
 	}
-	return nil
+	return s.checkTallies()
 }

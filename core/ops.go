@@ -109,6 +109,7 @@ type ThreadView struct {
 	QueueOnly  bool
 	Turned     bool
 	Held       bool
+	HostBound  bool // its ring is one host's ($host in the command)
 }
 
 // RingView is one thread-ring as mailq shows it.
@@ -139,21 +140,21 @@ type AgentView struct {
 }
 
 // Rings returns every ring with its threads, sorted by clause, channel and
-// host. It does not change the core.
+// host. It does not change the core. Its cost follows the threads and
+// agents in core, not the recipients: the counts it shows are kept as
+// vertices come and go (Tally, Ring.Jobs).
 func (s *Scheduler) Rings(now time.Time) []RingView {
-	byRing := make(map[*ring.Ring]*RingView)
-	msgs := make(map[*ring.Ring]map[*vertex.Message]bool)
-	var out []*RingView
+	byRing := make(map[*ring.Ring]*RingView, len(s.rings))
 	view := func(r *ring.Ring) *RingView {
 		rv, ok := byRing[r]
 		if !ok {
 			c := s.clause(r.Clause)
 			rv = &RingView{Clause: r.Clause, Select: c.Select, Channel: r.Channel, Host: r.Host,
 				HostBound: r.HostBound, Agents: r.Agents, Idle: len(r.Idle),
-				MaxRing: c.MaxRing, Overfeed: c.Overfeed, MaxThr: c.MaxThr}
+				MaxRing: c.MaxRing, Overfeed: c.Overfeed, MaxThr: c.MaxThr,
+				// A ring job is one message with vertices in the ring.
+				Msgs: r.Jobs()}
 			byRing[r] = rv
-			msgs[r] = make(map[*vertex.Message]bool)
-			out = append(out, rv)
 		}
 		return rv
 	}
@@ -167,15 +168,10 @@ func (s *Scheduler) Rings(now time.Time) []RingView {
 			continue
 		}
 		rv := view(r)
-		tv := s.threadView(t, now, attached[t])
-		for _, v := range s.threadVertices(t) {
-			msgs[r][v.Msg] = true
-		}
-		rv.Threads = append(rv.Threads, tv)
+		rv.Threads = append(rv.Threads, s.threadView(t, now, attached[t]))
 	}
-	res := make([]RingView, 0, len(out))
-	for _, rv := range out {
-		rv.Msgs = len(msgs[findRing(byRing, rv)])
+	res := make([]RingView, 0, len(byRing))
+	for _, rv := range byRing {
 		sort.Slice(rv.Threads, func(i, j int) bool {
 			a, b := rv.Threads[i], rv.Threads[j]
 			if a.Channel != b.Channel {
@@ -198,10 +194,67 @@ func (s *Scheduler) Rings(now time.Time) []RingView {
 	return res
 }
 
-func findRing(m map[*ring.Ring]*RingView, rv *RingView) *ring.Ring {
-	for r, x := range m {
-		if x == rv {
-			return r
+// The tallies behind the views (thread.Tally): every change to the
+// recipients a thread holds goes through these, so that the views never
+// walk the vertices. Check recounts them.
+
+// tallyJoin counts v's recipients in t, the thread v was placed in.
+func tallyJoin(t *thread.Thread, v *vertex.Vertex) { t.Tally.Add(v.Msg.Arrival, len(v.Rcpts)) }
+
+// tallyLeave un-counts v's remaining recipients from t: v leaves the
+// thread, or its message leaves core.
+func tallyLeave(t *thread.Thread, v *vertex.Vertex) { t.Tally.Remove(v.Msg.Arrival, len(v.Rcpts)) }
+
+// tallyDrop un-counts n of v's recipients, about to leave v (expired).
+func (s *Scheduler) tallyDrop(v *vertex.Vertex, n int) {
+	if t := s.threadOf(v); t != nil {
+		t.Tally.Remove(v.Msg.Arrival, n)
+	}
+}
+
+// dropRcpt removes v's recipient i (vertex.Drop) and un-counts it.
+func (s *Scheduler) dropRcpt(v *vertex.Vertex, i int) vertex.Rcpt {
+	s.tallyDrop(v, 1)
+	return v.Drop(i)
+}
+
+// mayExpire reports whether any recipient of t may be past its expiry
+// deadline (arrival + expiry) at now, by its tally's oldest arrival: the
+// expiry sweep, which runs as often as the shortest clause interval, then
+// walks only the threads that may hold something to expire, not the whole
+// queue. The tally's seconds are rounded down, so it errs toward looking.
+func (s *Scheduler) mayExpire(t *thread.Thread, now time.Time) bool {
+	c := s.clause(t.Clause)
+	if c.Expiry <= 0 {
+		return false
+	}
+	oldest := t.Tally.Oldest()
+	return !oldest.IsZero() && !now.Before(oldest.Add(c.Expiry.D()))
+}
+
+// checkTallies recounts every thread's recipients from the vertices of the
+// messages in core and compares them with the tallies (for Check).
+func (s *Scheduler) checkTallies() error {
+	count := make(map[*thread.Thread]*thread.Tally, len(s.threads))
+	for _, t := range s.threads {
+		count[t] = &thread.Tally{}
+	}
+	for _, m := range s.msgs {
+		for _, v := range m.Vertices {
+			t := s.threadOf(v)
+			if t == nil {
+				continue
+			}
+			if v.Dest != &t.Key {
+				// Reconfigure moves vertices by re-keying their thread.
+				return fmt.Errorf("msg %d: vertex of %s/%s does not share its thread's key", m.Inum, t.Channel, t.Host)
+			}
+			count[t].Add(m.Arrival, len(v.Rcpts))
+		}
+	}
+	for t, c := range count {
+		if err := t.Tally.Equal(c); err != nil {
+			return fmt.Errorf("thread %s/%s: %w", t.Channel, t.Host, err)
 		}
 	}
 	return nil
@@ -255,11 +308,10 @@ func (s *Scheduler) threadView(t *thread.Thread, now time.Time, agents []int) Th
 	if tv.State == ThreadBlocked {
 		tv.Pend = s.limit(t, now)
 	}
-	for _, v := range s.threadVertices(t) {
-		tv.Recipients += len(v.Rcpts)
-		if tv.Oldest.IsZero() || v.Msg.Arrival.Before(tv.Oldest) {
-			tv.Oldest = v.Msg.Arrival
-		}
+	tv.Recipients = t.Tally.Recipients
+	tv.Oldest = t.Tally.Oldest()
+	if r := s.rings[s.ringKey(t)]; r != nil {
+		tv.HostBound = r.HostBound
 	}
 	return tv
 }
@@ -433,7 +485,7 @@ func (s *Scheduler) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
 	case t.BackingOff(now):
 		return Why{Reason: ReasonBackoff, Until: t.BackoffUntil}
 	case v.In(&t.Waiting):
-		return Why{Reason: ReasonRetry, Until: v.NotBefore}
+		return Why{Reason: ReasonRetry, Until: v.Due()}
 	}
 	if lim := t.Window.Limit(); t.Busy >= lim {
 		c, _ := t.Window.LearnedCeiling(now)
@@ -460,8 +512,8 @@ func (s *Scheduler) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
 func (s *Scheduler) vertexView(v *vertex.Vertex, t *thread.Thread, now time.Time) VertexView {
 	vv := VertexView{
 		Path: v.Msg.Path, Inum: v.Msg.Inum, Channel: v.Channel, Host: v.Host,
-		Rcpts: append([]vertex.Rcpt(nil), v.Rcpts...), Attempts: v.Attempts,
-		Expires: v.Expires, Why: s.why(v, t, now), LastText: v.LastText(),
+		Rcpts: append([]vertex.Rcpt(nil), v.Rcpts...), Attempts: int(v.Attempts),
+		Expires: s.expires(v), Why: s.why(v, t, now), LastText: v.LastText(),
 	}
 	if t != nil {
 		vv.Wake = t.Wake
@@ -490,7 +542,8 @@ type MessageView struct {
 }
 
 // Message returns a message's view for WHY. id is its control file path
-// relative to transport/, its inode number or its body name.
+// relative to transport/, its inode number or its body name (which is the
+// control file's name when zsched or ZMailer's router queued it).
 func (s *Scheduler) Message(now time.Time, id string) (MessageView, error) {
 	m := s.lookup(id)
 	if m == nil {
@@ -520,6 +573,14 @@ func (s *Scheduler) lookup(id string) *vertex.Message {
 			m.Path[strings.LastIndexByte(m.Path, '/')+1:] == id) {
 			return m
 		}
+		if ctlName(id) {
+			// An inode number, or a control file's name or path: the
+			// message it names is not in core. Looking further would
+			// walk every message (issue 9: WHY of a message that has
+			// just left must not cost the loop the whole queue); only a
+			// body name that differs from its control file's is missed.
+			return nil
+		}
 	}
 	for _, m := range s.msgs {
 		if m.ID == id || m.Path == id {
@@ -527,6 +588,25 @@ func (s *Scheduler) lookup(id string) *vertex.Message {
 		}
 	}
 	return nil
+}
+
+// ctlName reports whether id has the form of a control file's path under
+// transport/: up to two hash directory letters, then a decimal name.
+func ctlName(id string) bool {
+	for range 2 {
+		if len(id) > 2 && id[0] >= 'A' && id[0] <= 'Z' && id[1] == '/' {
+			id = id[2:]
+		}
+	}
+	if id == "" {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < '0' || id[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // AgentViews returns every agent, by id.
@@ -575,12 +655,15 @@ func (s *Scheduler) Gauges(now time.Time, n int) Gauges {
 	for _, name := range agentStateNames {
 		g.Agents[name] = 0
 	}
-	for _, m := range s.msgs {
-		g.Vertices += len(m.Vertices)
-		g.Recipients += m.Pending
+	// Every vertex of a message in core is in a thread or unrouted.
+	for _, v := range s.unmatched {
+		g.Vertices++
+		g.Recipients += len(v.Rcpts)
 	}
 	all := make([]DestWindow, 0, len(s.threads))
 	for _, t := range s.threads {
+		g.Vertices += t.Vertices
+		g.Recipients += t.Tally.Recipients
 		g.Threads[s.threadState(t, now)]++
 		c, _ := t.Window.LearnedCeiling(now)
 		all = append(all, DestWindow{Channel: t.Channel, Host: t.Host, Window: t.Window.Limit(),
@@ -618,24 +701,35 @@ type ShapeRow struct {
 func (s *Scheduler) Shape(now time.Time, buckets []time.Duration, top int) []ShapeRow {
 	rows := make(map[string]*ShapeRow)
 	total := &ShapeRow{Host: "TOTAL", Counts: make([]int, len(buckets)+1)}
-	for _, m := range s.msgs {
-		age := now.Sub(m.Arrival)
-		b := sort.Search(len(buckets), func(i int) bool { return age < buckets[i] })
-		for _, v := range m.Vertices {
-			n := len(v.Rcpts)
-			if n == 0 {
-				continue
-			}
-			r := rows[v.Host]
-			if r == nil {
-				r = &ShapeRow{Host: v.Host, Counts: make([]int, len(buckets)+1)}
-				rows[v.Host] = r
-			}
-			r.Total += n
-			r.Counts[b] += n
-			total.Total += n
-			total.Counts[b] += n
+	count := func(host string, arrival time.Time, n int) {
+		if n == 0 {
+			return
 		}
+		age := now.Sub(arrival)
+		b := sort.Search(len(buckets), func(i int) bool { return age < buckets[i] })
+		r := rows[host]
+		if r == nil {
+			r = &ShapeRow{Host: host, Counts: make([]int, len(buckets)+1)}
+			rows[host] = r
+		}
+		r.Total += n
+		r.Counts[b] += n
+		total.Total += n
+		total.Counts[b] += n
+	}
+	// By the threads' tallies (recipients by arrival second), not by
+	// walking every vertex; then the recipients no clause routes.
+	for _, t := range s.threads {
+		counted := 0
+		t.Tally.Each(func(arrival time.Time, n int) {
+			count(t.Host, arrival, n)
+			counted += n
+		})
+		// Messages without an arrival time are as old as can be.
+		count(t.Host, time.Time{}, t.Tally.Recipients-counted)
+	}
+	for _, v := range s.unmatched {
+		count(v.Host, v.Msg.Arrival, len(v.Rcpts))
 	}
 	list := make([]ShapeRow, 0, len(rows))
 	for _, r := range rows {
@@ -731,7 +825,7 @@ func (s *Scheduler) ReleaseMessage(now time.Time, id string) error {
 		}
 		t.Add(v, now)
 		if v.In(&t.Ready) {
-			v.DueSince = now
+			v.SetDue(now)
 		}
 		s.touch(t, now)
 	}
@@ -747,7 +841,7 @@ func (s *Scheduler) sweepHeld(now time.Time) {
 			continue
 		}
 		for _, v := range append([]*vertex.Vertex(nil), m.Vertices...) {
-			if v.Queued() || v.Agent != 0 || v.Expires2.IsZero() || now.Before(v.Expires2) {
+			if _, exp2 := s.deadlines(v); v.Queued() || v.Agent != 0 || !expired(exp2, now) {
 				continue
 			}
 			t := s.threadOf(v)
@@ -850,7 +944,7 @@ func (s *Scheduler) makeDue(t *thread.Thread, now time.Time) {
 	t.BackoffUntil = time.Time{}
 	for v := t.Waiting.Min(); v != nil; v = t.Waiting.Min() {
 		t.Waiting.Remove(v)
-		v.NotBefore = time.Time{}
+		v.SetDue(time.Time{})
 		t.Ready.Push(v)
 	}
 	s.redue(t, now)
@@ -859,7 +953,7 @@ func (s *Scheduler) makeDue(t *thread.Thread, now time.Time) {
 // redue restarts the dispatch latency clock of t's ready vertices: time
 // spent held or waiting for ETRN is the operator's, not the scheduler's.
 func (s *Scheduler) redue(t *thread.Thread, now time.Time) {
-	t.Ready.Each(func(v *vertex.Vertex) { v.DueSince = now })
+	t.Ready.Each(func(v *vertex.Vertex) { v.SetDue(now) })
 }
 
 // Kill removes a message from core and asks for its files to be removed
@@ -1006,19 +1100,13 @@ func (s *Scheduler) Reconfigure(now time.Time, cfg *config.Config) error {
 		if !t.QueueOnly {
 			t.Turned = false
 		}
-		vs := s.threadVertices(t)
-		for _, v := range vs {
-			v.Clause = ci
-			v.Expires, v.Expires2 = time.Time{}, time.Time{}
-			if c.Expiry > 0 && !v.Msg.Arrival.IsZero() {
-				v.Expires = v.Msg.Arrival.Add(c.Expiry.D())
-				v.Expires2 = v.Expires.Add(c.Expiry2.D())
-			}
-		}
+		// The thread's vertices share its Key (vertex.Dest): they follow
+		// it to the new clause without being touched, unless their ring
+		// changes.
 		if r != from {
 			// The vertex leaves one ring's job lists for another's; fed
 			// ones are accounted when their attempt ends.
-			for _, v := range vs {
+			for _, v := range s.threadVertices(t) {
 				if v.Agent != 0 {
 					continue
 				}
@@ -1097,15 +1185,12 @@ func (s *Scheduler) Reconfigure(now time.Time, cfg *config.Config) error {
 			continue
 		}
 		routed++
-		c := s.clause(ci)
 		v.Clause = ci
-		if c.Expiry > 0 && !v.Msg.Arrival.IsZero() {
-			v.Expires = v.Msg.Arrival.Add(c.Expiry.D())
-			v.Expires2 = v.Expires.Add(c.Expiry2.D())
-		}
 		t := s.thread(ci, v.Channel, v.Host)
+		v.Dest = &t.Key
 		s.orderAdd(s.ring(t), v.Msg, []*vertex.Vertex{v}, now)
 		t.Vertices++
+		tallyJoin(t, v)
 		t.Add(v, now)
 	}
 

@@ -299,6 +299,14 @@ func TestKillDropsTheMessageAndIgnoresItsLateReports(t *testing.T) {
 	if s.Core.Messages() != 0 || len(kills) != 2 {
 		t.Fatalf("%d messages in core after kills", s.Core.Messages())
 	}
+	// The job that ran while its message was killed leaves no vertex
+	// counted in its thread: the thread goes away.
+	for _, r := range s.Core.Rings(s.Now) {
+		for _, th := range r.Threads {
+			t.Errorf("thread %s/%s still in core after its last message was killed: N=%d R=%d",
+				th.Channel, th.Host, th.Vertices, th.Recipients)
+		}
+	}
 }
 
 func TestFlushRetriesNow(t *testing.T) {
@@ -541,5 +549,23 @@ func TestReconfigureKeepsIdleAgents(t *testing.T) {
 	}
 	if p := s.Pending(); len(p) != 0 {
 		t.Fatalf("pending: %v", p)
+	}
+}
+
+// TestMessageLookupForms finds a message for WHY by its control file's
+// path, its name and its inode number, and answers at once for one that
+// is not in core, whatever form its id has.
+func TestMessageLookupForms(t *testing.T) {
+	s := sim.New(cfg(t, smtp), hang, 1)
+	s.Add(&sim.Msg{Inum: 4242, Path: "Q/R/4242", Rcpts: []*sim.Rcpt{{Channel: "smtp", Host: "a.test", User: "u@a.test", Offset: 100, Status: ' '}}})
+	for _, id := range []string{"Q/R/4242", "4242", " 4242 "} {
+		if mv, err := s.Core.Message(s.Now, id); err != nil || mv.Path != "Q/R/4242" {
+			t.Errorf("WHY %q: %v, %v", id, mv.Path, err)
+		}
+	}
+	for _, id := range []string{"4243", "Q/R/4243", "R/4242", "nosuch", "Q/R/"} {
+		if _, err := s.Core.Message(s.Now, id); !errors.Is(err, core.ErrNoMessage) {
+			t.Errorf("WHY %q: %v, want ErrNoMessage", id, err)
+		}
 	}
 }

@@ -10,32 +10,30 @@ import (
 	"zsched/vertex"
 )
 
-// report applies one recipient report.
-func (s *Scheduler) report(a *agent, l report.Line, now time.Time) {
-	m, ok := s.msgs[l.Inum]
+// report applies one recipient report; false when it names no pending
+// recipient fed to a (in a message still in core).
+//
+// The job is found in the agent's own queue, not through the message map:
+// the agent's jobs were touched when they were fed, while with a million
+// recipients queued a map lookup is a cache miss.
+func (s *Scheduler) report(a *agent, l report.Line, now time.Time) bool {
 	var e *entry
 	var v *vertex.Vertex
 	var i int
-	if ok {
-		for k := range a.fifo {
-			x := &a.fifo[k]
-			if x.kind != entryJob || x.msg != m {
-				continue
-			}
-			if j, found := x.v.Find(l.Offset); found {
-				e, v, i = x, x.v, j
-				break
-			}
+	for k := range a.fifo {
+		x := &a.fifo[k]
+		if x.kind != entryJob || x.msg.Inum != l.Inum || x.msg.Gone {
+			continue
+		}
+		if j, found := x.v.Find(l.Offset); found {
+			e, v, i = x, x.v, j
+			break
 		}
 	}
 	if v == nil {
-		why := "unknown message"
-		if ok {
-			why = "recipient not fed to this agent (or already reported)"
-		}
-		s.garbage(a, now, why, l.String())
-		return
+		return false
 	}
+	m := e.msg
 	rc := v.Rcpts[i]
 	// What the attempt said is kept for the vertex's later use (WHY, the
 	// DSN on expiry); a report that ends the vertex needs no record, and
@@ -48,7 +46,7 @@ func (s *Scheduler) report(a *agent, l report.Line, now time.Time) {
 	}
 	switch l.Status.Class() {
 	case report.Delivered:
-		v.Drop(i)
+		s.dropRcpt(v, i)
 		s.stats.Delivered++
 		if l.Status == report.OK2 {
 			m.Diags = true
@@ -57,7 +55,7 @@ func (s *Scheduler) report(a *agent, l report.Line, now time.Time) {
 		}
 		s.outcome(a, v, rc, l.Status.String(), l.Text, now, time.Time{})
 	case report.Permanent:
-		v.Drop(i)
+		s.dropRcpt(v, i)
 		s.stats.Failed++
 		if l.Status == report.Error2 {
 			m.Diags = true
@@ -68,10 +66,11 @@ func (s *Scheduler) report(a *agent, l report.Line, now time.Time) {
 	case report.Transient:
 		e.deferred = append(e.deferred, deferral{offset: rc.Offset, status: l.Status, text: l.Text})
 	case report.SiteFailed:
-		at := s.siteFailure(s.threads[thread.Key{Clause: v.Clause, Channel: v.Channel, Host: v.Host}], l, now)
+		at := s.siteFailure(s.threadOf(v), l, now)
 		e.deferred = append(e.deferred, deferral{offset: rc.Offset, status: l.Status, text: l.Text, at: at})
 		v.SiteFailed = true
 	}
+	return true
 }
 
 // ctlfile.NotifySuccess and NotifyNever, without importing the edge package.
@@ -91,11 +90,16 @@ func (s *Scheduler) diag(m *vertex.Message, rc vertex.Rcpt, n report.Notary, tex
 func (s *Scheduler) finish(a *agent, e entry, now time.Time, why string) {
 	v := e.v
 	v.Agent = 0
-	if s.msgs[e.msg.Inum] != e.msg {
-		// The message was dropped from core while the job ran.
+	if e.msg.Gone {
+		// The message was dropped from core while the job ran: drop left
+		// this vertex counted in its thread, which it leaves now.
+		if t := s.threadOf(v); t != nil {
+			t.Vertices--
+			s.touch(t, now)
+		}
 		return
 	}
-	t := s.threads[thread.Key{Clause: v.Clause, Channel: v.Channel, Host: v.Host}]
+	t := s.threadOf(v)
 	if why == "" && !v.Resynced {
 		why = "the agent did not report this recipient"
 	}
@@ -124,7 +128,8 @@ func (s *Scheduler) finish(a *agent, e entry, now time.Time, why string) {
 		default:
 			next = s.vertexRetry(c, v, now)
 		}
-		expire := !v.Expires.IsZero() && !now.Before(v.Expires)
+		deadline, _ := s.deadlines(v)
+		expire := expired(deadline, now)
 		for _, r := range v.Rcpts {
 			st, text, reported := "deferred", why, false
 			for _, d := range e.deferred {
@@ -150,9 +155,9 @@ func (s *Scheduler) finish(a *agent, e entry, now time.Time, why string) {
 			s.expire(v, now)
 		} else {
 			if next.After(now) {
-				v.NotBefore = next
+				v.SetDue(next)
 			} else {
-				v.NotBefore = time.Time{}
+				v.SetDue(time.Time{})
 			}
 			if t != nil {
 				s.orderRequeue(v, now)
@@ -174,6 +179,7 @@ func (s *Scheduler) dropVertex(v *vertex.Vertex, t *thread.Thread) {
 	v.Unlink()
 	if t != nil {
 		t.Vertices--
+		tallyLeave(t, v)
 	}
 	if v.Msg.Pending == 0 && len(v.Msg.Vertices) == 0 {
 		s.complete(v.Msg)
@@ -182,6 +188,7 @@ func (s *Scheduler) dropVertex(v *vertex.Vertex, t *thread.Thread) {
 
 func (s *Scheduler) complete(m *vertex.Message) {
 	delete(s.msgs, m.Inum)
+	m.Gone = true
 	s.ready.Completes = append(s.ready.Completes, Complete{Path: m.Path, ID: m.ID, Inum: m.Inum, Diags: m.Diags, Bounce: m.Bounce})
 }
 
@@ -189,7 +196,7 @@ func (s *Scheduler) outcome(a *agent, v *vertex.Vertex, r vertex.Rcpt, status, t
 	s.ready.Outcomes = append(s.ready.Outcomes, Outcome{
 		Path: v.Msg.Path, Inum: v.Msg.Inum, Offset: r.Offset, User: r.User,
 		Channel: v.Channel, Host: v.Host, Agent: a.id, Status: status,
-		Delay: now.Sub(v.Msg.Arrival), Attempts: v.Attempts, Next: next, Text: text,
+		Delay: now.Sub(v.Msg.Arrival), Attempts: int(v.Attempts), Next: next, Text: text,
 	})
 }
 
@@ -247,6 +254,9 @@ func (s *Scheduler) Reread(now time.Time, inum int64, a *Arrival) {
 		s.drop(m, now)
 		return
 	}
+	if a.Diags {
+		m.Diags = true
+	}
 	pending := make(map[int64]bool)
 	for _, g := range a.Groups {
 		for _, r := range g.Rcpts {
@@ -261,11 +271,11 @@ func (s *Scheduler) Reread(now time.Time, inum int64, a *Arrival) {
 		}
 		for i := len(v.Rcpts) - 1; i >= 0; i-- {
 			if !pending[v.Rcpts[i].Offset] {
-				r := v.Drop(i)
+				r := s.dropRcpt(v, i)
 				s.ready.Outcomes = append(s.ready.Outcomes, Outcome{
 					Path: m.Path, Inum: m.Inum, Offset: r.Offset, User: r.User,
 					Channel: v.Channel, Host: v.Host, Status: "gone",
-					Delay: now.Sub(m.Arrival), Attempts: v.Attempts,
+					Delay: now.Sub(m.Arrival), Attempts: int(v.Attempts),
 					Text: "no longer pending in the control file",
 				})
 			}
@@ -286,11 +296,15 @@ func (s *Scheduler) Reread(now time.Time, inum int64, a *Arrival) {
 // drop forgets a message without touching its files.
 func (s *Scheduler) drop(m *vertex.Message, now time.Time) {
 	delete(s.msgs, m.Inum)
+	m.Gone = true
 	for _, v := range m.Vertices {
 		t := s.threadOf(v)
 		s.orderDone(v)
 		if v.Clause < 0 {
 			s.removeUnmatched(v)
+		}
+		if t != nil {
+			tallyLeave(t, v) // fed or not: its recipients are no longer in core
 		}
 		if v.Agent != 0 {
 			continue // finish sees the message is gone

@@ -70,11 +70,36 @@ func (s *Scheduler) schedule(c *config.Clause) thread.Schedule {
 // its expiry deadline: the last attempt happens at the deadline, so the
 // recipient expires on time instead of up to one retry step late.
 func (s *Scheduler) vertexRetry(c *config.Clause, v *vertex.Vertex, now time.Time) time.Time {
-	next := s.schedule(c).Next(now, &v.Retry, s.rng)
-	if !v.Expires.IsZero() && now.Before(v.Expires) && next.After(v.Expires) {
-		next = v.Expires
+	i := int(v.Retry)
+	next := s.schedule(c).Next(now, &i, s.rng)
+	v.Retry = int32(i)
+	if deadline, _ := s.deadlines(v); !deadline.IsZero() && now.Before(deadline) && next.After(deadline) {
+		next = deadline
 	}
 	return next
+}
+
+// deadlines returns v's expiry deadlines: arrival + expiry, and that plus
+// expiry2; zero when its clause has no expiry or it has no clause. They
+// are computed, not kept in the vertex: they follow from the message and
+// the clause, which a reload may change (DESIGN §8: every byte of a vertex
+// is paid per recipient).
+func (s *Scheduler) deadlines(v *vertex.Vertex) (expires, expires2 time.Time) {
+	if v.Clause < 0 || v.Msg.Arrival.IsZero() {
+		return time.Time{}, time.Time{}
+	}
+	c := s.clause(v.Clause)
+	if c.Expiry <= 0 {
+		return time.Time{}, time.Time{}
+	}
+	expires = v.Msg.Arrival.Add(c.Expiry.D())
+	return expires, expires.Add(c.Expiry2.D())
+}
+
+// expires returns v's expiry deadline (deadlines), zero if none.
+func (s *Scheduler) expires(v *vertex.Vertex) time.Time {
+	e, _ := s.deadlines(v)
+	return e
 }
 
 // expire gives up on a vertex's remaining recipients: a d line each (the
@@ -97,9 +122,10 @@ func (s *Scheduler) expire(v *vertex.Vertex, now time.Time) {
 		s.ready.Outcomes = append(s.ready.Outcomes, Outcome{
 			Path: v.Msg.Path, Inum: v.Msg.Inum, Offset: r.Offset, User: r.User,
 			Channel: v.Channel, Host: v.Host, Status: "expired",
-			Delay: now.Sub(v.Msg.Arrival), Attempts: v.Attempts, Text: text,
+			Delay: now.Sub(v.Msg.Arrival), Attempts: int(v.Attempts), Text: text,
 		})
 	}
+	s.tallyDrop(v, len(v.Rcpts))
 	v.Msg.Pending -= len(v.Rcpts)
 	v.Rcpts = v.Rcpts[:0]
 }
@@ -138,11 +164,14 @@ func (s *Scheduler) expiryEvery() time.Duration {
 func (s *Scheduler) sweepExpiry(now time.Time) {
 	var due []*vertex.Vertex
 	for _, t := range s.threads {
+		if !s.mayExpire(t, now) {
+			continue
+		}
 		backingOff := t.BackingOff(now)
 		collect := func(waiting bool) func(*vertex.Vertex) {
 			return func(v *vertex.Vertex) {
 				failed := (waiting || backingOff) && !t.Held && !v.Msg.Held
-				if expired(v.Expires2, now) || failed && expired(v.Expires, now) {
+				if exp, exp2 := s.deadlines(v); expired(exp2, now) || failed && expired(exp, now) {
 					due = append(due, v)
 				}
 			}

@@ -216,8 +216,12 @@ func heapPerRecipient(tb testing.TB, n, rcpts, perHost int) float64 {
 // recipient is its own vertex (the worst case: every recipient pays for a
 // vertex and its place in the ring's job), and messages of 10 recipients
 // at 2 domains. Quick at 50 k recipients; -memory measures at 1 M, the
-// issue's figure. The bounds are regression guards at what the data
-// structures cost today; see the issue 8 note for where the rest goes.
+// issue's figure, where the budget is the bound. The bounds are regression
+// guards a few percent above what the data structures cost today (at 1 M:
+// 280 and 134 bytes; at 50 k the thousand threads' fixed cost adds some
+// 20). Most of the 280: the vertex 144 (its one recipient inline), the
+// ring's job 45 and the message 22 (one each per message of 5), the
+// thread heap's slot 16-20, the recipient's address string 24.
 func TestHeapPerRecipient(t *testing.T) {
 	n := 50_000
 	if *bigMemory {
@@ -225,16 +229,20 @@ func TestHeapPerRecipient(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		rcpts, perHost int
-		bound          float64
+		bound, bound1M float64
 	}{
-		{5, 1, 450},
-		{10, 5, 300},
+		{5, 1, 325, 300},
+		{10, 5, 165, 150},
 	} {
+		bound := tc.bound
+		if *bigMemory {
+			bound = tc.bound1M
+		}
 		per := heapPerRecipient(t, n, tc.rcpts, tc.perHost)
 		t.Logf("%d recipients in core, messages of %d recipients, %d per destination: %.0f bytes of heap per recipient",
 			n, tc.rcpts, tc.perHost, per)
-		if per > tc.bound {
-			t.Errorf("%.0f bytes of heap per in-core recipient, bound %.0f", per, tc.bound)
+		if per > bound {
+			t.Errorf("%.0f bytes of heap per in-core recipient, bound %.0f", per, bound)
 		}
 	}
 }

@@ -232,6 +232,7 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 		Seq:     s.seq,
 		Bounce:  a.Bounce,
 		Warned:  a.Warned,
+		Diags:   a.Diags,
 	}
 	m.Vertices = make([]*vertex.Vertex, 0, len(a.Groups))
 	s.msgs[a.Inum] = m
@@ -246,26 +247,22 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 		m.Pending += len(g.Rcpts)
 		host := strings.ToLower(g.Host)
 		ci, ok := s.match(g.Channel, host)
-		v := vertex.New(m, ci, g.Channel, host, append([]vertex.Rcpt(nil), g.Rcpts...))
-		m.Vertices = append(m.Vertices, v)
 		if !ok {
 			s.log.Error("no clause matches; recipients wait for a config that routes them",
 				"msg", m.Path, "channel", g.Channel, "host", host, "rcpts", len(g.Rcpts))
-			v.Clause = -1
+			v := vertex.New(m, &vertex.Dest{Clause: -1, Channel: g.Channel, Host: host}, g.Rcpts)
+			m.Vertices = append(m.Vertices, v)
 			s.unmatched = append(s.unmatched, v)
 			continue
 		}
-		c := s.clause(ci)
-		if c.Expiry > 0 && !m.Arrival.IsZero() {
-			v.Expires = m.Arrival.Add(c.Expiry.D())
-			v.Expires2 = v.Expires.Add(c.Expiry2.D())
-		}
 		t := s.thread(ci, g.Channel, host)
-		// The thread's strings, not the control file's: one copy per
+		// The thread's key, not the control file's strings: one copy per
 		// destination in core instead of one per vertex (DESIGN §8).
-		v.Channel, v.Host = t.Channel, t.Host
+		v := vertex.New(m, &t.Key, g.Rcpts)
+		m.Vertices = append(m.Vertices, v)
 		s.orderAdd(s.ring(t), m, []*vertex.Vertex{v}, now)
 		t.Vertices++
+		tallyJoin(t, v)
 		t.Add(v, now)
 		s.touch(t, now)
 	}
@@ -382,7 +379,7 @@ func (s *Scheduler) threadOf(v *vertex.Vertex) *thread.Thread {
 	if v.Clause < 0 {
 		return nil
 	}
-	return s.threads[thread.Key{Clause: v.Clause, Channel: v.Channel, Host: v.Host}]
+	return s.threads[*v.Dest]
 }
 
 // Tick handles timers: threads whose time has come, job timeouts, idle

@@ -8,6 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+
+	"zsched/internal/rawsys"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,6 +25,11 @@ import (
 // since the last Sync, and a lost '+' means that recipient is delivered
 // again: the duplicate window is the marks since the last Sync. Callers
 // choose how to group syncs.
+//
+// Open, Lock, LockAsRead, Mark and Close make raw system calls (see package
+// zsched/internal/rawsys): an agent makes them for every job, on a local
+// file that does not block; AppendDiag and Sync, which fsync, are ordinary
+// ones.
 type Handle struct {
 	File *File
 
@@ -34,25 +42,35 @@ type Handle struct {
 	app *os.File // O_APPEND, opened on the first AppendDiag
 }
 
+// readBufs recycles Open's read buffers: Parse copies what it keeps, and
+// an agent reads a control file per job.
+var readBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
 // Open opens the control file at path read-write, reads and parses it.
 // Errors: ErrNotFound (also matching fs.ErrNotExist), ErrUnknownFormat when
 // the '@' flags are unknown, and the rest of Parse's.
 func Open(path string) (*Handle, error) {
-	fd, err := openFD(path, unix.O_RDWR)
+	fd, err := rawsys.OpenCwd(path, unix.O_RDWR)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %w", ErrNotFound, err)
 		}
 		return nil, fmt.Errorf("ctlfile: %w", err)
 	}
-	data, err := readFD(fd)
+	bp := readBufs.Get().(*[]byte)
+	data, err := readRaw(fd, (*bp)[:0])
 	if err != nil {
-		unix.Close(fd)
+		readBufs.Put(bp)
+		rawsys.Close(fd)
 		return nil, fmt.Errorf("ctlfile: read %s: %w", path, err)
 	}
 	cf, err := Parse(filepath.Base(path), data)
+	if cap(data) <= 64<<10 {
+		*bp = data[:0]
+		readBufs.Put(bp)
+	}
 	if err != nil {
-		unix.Close(fd)
+		rawsys.Close(fd)
 		return nil, fmt.Errorf("%w (file %s)", err, path)
 	}
 	return &Handle{File: cf, path: path, fd: fd}, nil
@@ -84,6 +102,19 @@ func (h *Handle) rcpt(i int) (*Rcpt, error) {
 // As in ZMailer the read-compare-write is not atomic against another agent
 // doing the same; the scheduler never feeds one recipient to two agents.
 func (h *Handle) Lock(i int, pid int) (bool, error) {
+	return h.lock(i, pid, true)
+}
+
+// LockAsRead is Lock comparing with the status byte as Open read it,
+// without the pread: for a caller that locks right after Open, as an agent
+// does, Open's read is as recent as a re-read would be (libta compares
+// with its fresh copy of the file too), and one system call per recipient
+// fewer.
+func (h *Handle) LockAsRead(i int, pid int) (bool, error) {
+	return h.lock(i, pid, false)
+}
+
+func (h *Handle) lock(i int, pid int, reread bool) (bool, error) {
 	r, err := h.rcpt(i)
 	if err != nil {
 		return false, err
@@ -96,9 +127,11 @@ func (h *Handle) Lock(i int, pid int) (bool, error) {
 		(h.File.Format&FlagDelay == 0 || len(lock) > 1+pidCols+delayCols) {
 		return false, fmt.Errorf("ctlfile: %s: pid %d does not fit the PID field", h.path, pid)
 	}
-	var cur [1]byte
-	if err := preadFull(h.fd, cur[:], r.Offset+1); err != nil {
-		return false, fmt.Errorf("ctlfile: %s: lock offset %d: %w", h.path, r.Offset, err)
+	cur := [1]byte{byte(r.Status)}
+	if reread {
+		if err := preadFull(h.fd, cur[:], r.Offset+1); err != nil {
+			return false, fmt.Errorf("ctlfile: %s: lock offset %d: %w", h.path, r.Offset, err)
+		}
 	}
 	if Status(cur[0]) != Pending {
 		if st := Status(cur[0]); st.valid() {
@@ -185,8 +218,7 @@ func (h *Handle) Close() error {
 		h.app = nil
 	}
 	if h.fd >= 0 {
-		// Never retried on EINTR: Linux releases the descriptor anyway.
-		if cerr := unix.Close(h.fd); err == nil && cerr != nil {
+		if cerr := rawsys.Close(h.fd); err == nil && cerr != nil {
 			err = &fs.PathError{Op: "close", Path: h.path, Err: cerr}
 		}
 		h.fd = -1

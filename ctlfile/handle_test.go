@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -128,6 +129,68 @@ func TestLockOnlyPending(t *testing.T) {
 	}
 	if h.File.Rcpts[2].Status != Locked {
 		t.Errorf("in-memory status not refreshed: %v", h.File.Rcpts[2].Status)
+	}
+}
+
+// LockAsRead takes what Open saw pending, with the bytes Lock writes, and
+// only that: it does not read the file again.
+func TestLockAsRead(t *testing.T) {
+	o := observedFiles[1]
+	p := writeFile(t, t.TempDir(), o.name, o.afterBytes()) // marks "+- "
+	h, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for i, want := range []bool{false, false, true} {
+		ok, err := h.LockAsRead(i, 4242)
+		if err != nil || ok != want {
+			t.Errorf("LockAsRead(%d) = %v, %v; want %v", i, ok, err, want)
+		}
+	}
+	if got := readFile(t, p)[o.rOffs[2]+1:][:7]; string(got) != "~  4242" {
+		t.Errorf("lock written as %q", got)
+	}
+	if h.File.Rcpts[2].Status != Locked || h.File.Rcpts[2].PID != 4242 {
+		t.Errorf("in-memory after the lock: %+v", h.File.Rcpts[2])
+	}
+	// Locked now, as far as the Handle knows: not again, whatever the
+	// disk says.
+	if err := writeAt(p, o.rOffs[2]+1, "       "); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := h.LockAsRead(2, 4242); ok || err != nil {
+		t.Errorf("LockAsRead of a line the Handle holds = %v, %v", ok, err)
+	}
+	if got := readFile(t, p)[o.rOffs[2]+1:][:7]; string(got) != "       " {
+		t.Errorf("LockAsRead of a held line wrote %q", got)
+	}
+	if _, err := h.LockAsRead(0, 0); err == nil {
+		t.Error("LockAsRead with pid 0 succeeded")
+	}
+}
+
+// Open reuses its read buffer: what an earlier Handle parsed must not
+// change when a later Open reads another file into the same buffer.
+func TestOpenReusesNothingParsed(t *testing.T) {
+	dir := t.TempDir()
+	var hs []*Handle
+	for _, o := range observedFiles {
+		h, err := Open(writeFile(t, dir, o.name, o.afterBytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		hs = append(hs, h)
+	}
+	for i, o := range observedFiles {
+		want, err := Parse(o.name, o.afterBytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(hs[i].File, want) {
+			t.Errorf("%s: after later Opens\n%+v\nwant\n%+v", o.name, hs[i].File, want)
+		}
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"time"
 
+	"zsched/internal/rawsys"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -62,14 +64,34 @@ func readFD(fd int) ([]byte, error) {
 	}
 }
 
+// The Handle's calls (an agent's, one job after another) go through package
+// rawsys: raw system calls, without the Go scheduler's bookkeeping, which on
+// a control file in the page cache costs more than the calls.
+
+// readRaw reads a regular file from its current offset to its end into
+// buf's spare capacity, growing it as needed; like readFD, a short read is
+// the end.
+func readRaw(fd int, buf []byte) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // grow
+		}
+		n, err := rawsys.Read(fd, buf[len(buf):cap(buf)])
+		if err != nil {
+			return nil, err
+		}
+		buf = buf[:len(buf)+n]
+		if n == 0 || len(buf) < cap(buf) {
+			return buf, nil
+		}
+	}
+}
+
 // preadFull reads len(b) bytes at off; a short file is io.ErrUnexpectedEOF
 // (io.EOF when nothing at all is there), as os.File.ReadAt reports.
 func preadFull(fd int, b []byte, off int64) error {
 	for len(b) > 0 {
-		n, err := unix.Pread(fd, b, off)
-		if err == unix.EINTR {
-			continue
-		}
+		n, err := rawsys.Pread(fd, b, off)
 		if err != nil {
 			return err
 		}
@@ -84,10 +106,7 @@ func preadFull(fd int, b []byte, off int64) error {
 // pwriteFull writes all of b at off.
 func pwriteFull(fd int, b []byte, off int64) error {
 	for len(b) > 0 {
-		n, err := unix.Pwrite(fd, b, off)
-		if err == unix.EINTR {
-			continue
-		}
+		n, err := rawsys.Pwrite(fd, b, off)
 		if err != nil {
 			return err
 		}

@@ -540,6 +540,15 @@ func (s *Spool) AppendDiags(rel string, ds []Diag) error {
 // and the scheduler) rely on each d line landing whole. os.File.Write would
 // loop on a short write and could interleave the remainder with another
 // writer's line.
+//
+// On a full filesystem a write that needs a new block stops short instead
+// of failing: the part that fit stays, a d line without its newline, and
+// the next append (the retry) would run into it and garble both lines. So
+// the space is reserved first (fallocate with FALLOC_FL_KEEP_SIZE): a full
+// disk then fails with ENOSPC before any byte is written. A short write
+// that still happens (no fallocate on this filesystem, or another writer
+// took the reserved space) is undone by truncating the file back, unless
+// something was appended after it.
 func writeOnce(f *os.File, b []byte) (int, error) {
 	rc, err := f.SyscallConn()
 	if err != nil {
@@ -548,12 +557,19 @@ func writeOnce(f *os.File, b []byte) (int, error) {
 	var n int
 	var werr error
 	err = rc.Write(func(fd uintptr) bool {
+		if werr = reserve(int(fd), len(b)); werr != nil {
+			return true
+		}
 		for {
 			n, werr = unix.Write(int(fd), b)
 			if werr != unix.EINTR {
-				return true
+				break
 			}
 		}
+		if werr == nil && n < len(b) {
+			werr = undoShortWrite(int(fd), n, len(b))
+		}
+		return true
 	})
 	if err != nil {
 		return 0, err
@@ -561,10 +577,46 @@ func writeOnce(f *os.File, b []byte) (int, error) {
 	if werr != nil {
 		return 0, werr
 	}
-	if n != len(b) {
-		return n, fmt.Errorf("short write: %d of %d bytes", n, len(b))
-	}
 	return n, nil
+}
+
+// reserve is reserveSpace; tests replace it to make a write stop short.
+var reserve = reserveSpace
+
+// reserveSpace allocates n bytes after the end of the file behind fd,
+// keeping its size. Only a full disk or quota is an error; a filesystem
+// that cannot reserve (EOPNOTSUPP, …) leaves it to the write.
+func reserveSpace(fd, n int) error {
+	var st unix.Stat_t
+	if err := ignoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil {
+		return nil
+	}
+	err := ignoringEINTR(func() error { return unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, st.Size, int64(n)) })
+	if err == unix.ENOSPC || err == unix.EDQUOT {
+		return fmt.Errorf("reserve %d bytes: %w", n, err)
+	}
+	return nil
+}
+
+// undoShortWrite removes the n bytes of a short O_APPEND write (of want)
+// from the end of the file, where the descriptor's offset now is.
+func undoShortWrite(fd, n, want int) error {
+	short := fmt.Errorf("%w: %d of %d bytes", io.ErrShortWrite, n, want)
+	if n == 0 {
+		return short
+	}
+	end, err := unix.Seek(fd, 0, io.SeekCurrent)
+	if err != nil {
+		return fmt.Errorf("%w, torn line left at the end: %v", short, err)
+	}
+	var st unix.Stat_t
+	if err := ignoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil || st.Size != end {
+		return fmt.Errorf("%w, torn line left at offset %d: another writer appended after it", short, end-int64(n))
+	}
+	if err := ignoringEINTR(func() error { return unix.Ftruncate(fd, end-int64(n)) }); err != nil {
+		return fmt.Errorf("%w, torn line left at the end: %v", short, err)
+	}
+	return fmt.Errorf("%w, undone", short)
 }
 
 func (s *Spool) syncDirs(dirs ...string) error {
@@ -594,4 +646,55 @@ func syncDirs(dirs ...string) error {
 		}
 	}
 	return nil
+}
+
+// SweepTemp removes the temporary files Enqueue leaves when it is killed
+// midway — queue/.new-* (a body not yet named) and transport/.<name>.tmp (a
+// control file not yet renamed) — that were last modified before cutoff.
+// Nothing else writes those names, and a file younger than cutoff may still
+// be an enqueue in progress. Scheduler-side; it returns the paths removed
+// (relative to the postoffice).
+func (s *Spool) SweepTemp(cutoff time.Time) ([]string, error) {
+	var removed []string
+	var errs []error
+	for _, sub := range []struct {
+		dir  string
+		temp func(name string) bool
+	}{
+		{"queue", func(n string) bool { return strings.HasPrefix(n, ".new-") }},
+		{"transport", func(n string) bool { return n[0] == '.' && strings.HasSuffix(n, ".tmp") }},
+	} {
+		d, err := os.Open(filepath.Join(s.Root, sub.dir))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ctlfile: sweep: %w", err))
+			continue
+		}
+		for {
+			ents, err := d.ReadDir(scanBatch)
+			for _, e := range ents {
+				name := e.Name()
+				if name == "" || !sub.temp(name) || !e.Type().IsRegular() {
+					continue
+				}
+				info, err := e.Info()
+				if err != nil || !info.ModTime().Before(cutoff) {
+					continue
+				}
+				p := filepath.Join(s.Root, sub.dir, name)
+				if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					errs = append(errs, fmt.Errorf("ctlfile: sweep: %w", err))
+					continue
+				}
+				removed = append(removed, filepath.Join(sub.dir, name))
+			}
+			if err != nil {
+				if err != io.EOF {
+					errs = append(errs, fmt.Errorf("ctlfile: sweep %s: %w", sub.dir, err))
+				}
+				break
+			}
+		}
+		d.Close()
+	}
+	return removed, errors.Join(errs...)
 }

@@ -32,9 +32,9 @@ func (d *Daemon) apply() {
 				failed = append(failed, failedStart{sp.Agent, err})
 			}
 		}
+		d.write(r.Writes)
 		for _, w := range r.Writes {
 			if p := d.procs[w.Agent]; p != nil {
-				p.Write(w.Line)
 				if n := p.Backlog(); n > maxBacklog {
 					// The protocol answers every line with a #hungry, so a
 					// reading agent never lets this grow: this one stopped
@@ -96,6 +96,35 @@ func (d *Daemon) apply() {
 			d.core.AgentExited(now, f.id, "start failed: "+f.err.Error())
 		}
 	}
+}
+
+// write hands each agent its lines in one call, in order, so that they
+// leave in one system call rather than one per line.
+func (d *Daemon) write(ws []core.Write) {
+	if len(ws) == 1 {
+		if p := d.procs[ws[0].Agent]; p != nil {
+			p.Write(ws[0].Line)
+		}
+		return
+	}
+	if d.lines == nil {
+		d.lines = make(map[int][]string)
+	}
+	byAgent := d.lines
+	clear(byAgent)
+	order := d.agentOrder[:0]
+	for _, w := range ws {
+		if _, seen := byAgent[w.Agent]; !seen {
+			order = append(order, w.Agent)
+		}
+		byAgent[w.Agent] = append(byAgent[w.Agent], w.Line)
+	}
+	for _, id := range order {
+		if p := d.procs[id]; p != nil {
+			p.Write(byAgent[id]...)
+		}
+	}
+	d.agentOrder = order
 }
 
 type failedStart struct {

@@ -28,9 +28,9 @@ import (
 //
 // A crash after 1 and before 2 sends a report twice when the file is read
 // again at restart; a crash after 2 only leaves the files to remove. No
-// crash loses a report. If queuing fails, nothing is marked or removed: the
-// file stays in the queue with nothing pending, and the next scan completes
-// it again.
+// crash loses a report. If queuing or marking fails, the reports just
+// queued are withdrawn and nothing is removed: the file stays in the queue
+// with nothing pending, and the next scan completes it again.
 //
 // Routing of a report, which the router would otherwise decide: an address
 // with a domain goes on channel "smtp" to host = its domain (lowercased), as
@@ -43,24 +43,37 @@ import (
 func (d *Daemon) finish(c core.Complete) {
 	if c.Killed {
 		delete(d.unwritten, c.Path)
-	} else if !d.writeUnwritten(c.Path) {
-		// Its DSN would lack those recipients: leave the message on disk;
-		// the next scan brings it back and finish tries again.
-		d.log.Error("message not completed: d lines still unwritten; the next scan tries again", "msg", c.Path)
-		return
+	} else if _, kept := d.unwritten[c.Path]; kept {
+		if !d.writeUnwritten(c.Path) {
+			// Its DSN would lack those recipients: leave the message on disk;
+			// the next scan brings it back and finish tries again.
+			d.log.Error("message not completed: d lines still unwritten; the next scan tries again", "msg", c.Path)
+			return
+		}
+		c.Diags = true // read back by a scan before they were written
 	}
-	if !c.Killed {
+	// Only a message that may owe a report is read again: the core knows
+	// of every d line an agent promised (ok2, error2), wrote itself, or
+	// found in the file, and most messages have none.
+	if !c.Killed && c.Diags {
 		if err := d.report(c.Path); err != nil {
 			d.log.Error("cannot send delivery status notification; the message stays queued and the next scan tries again",
 				"msg", c.Path, "error", err)
 			return
 		}
 	}
-	if err := d.spool.Remove(c.Path, c.ID); err != nil {
-		d.log.Error("cannot remove completed message", "msg", c.Path, "error", err)
+	// A KILL is answered once the files are gone; and tests may drive
+	// finish without Run.
+	if c.Killed || d.rm == nil {
+		if err := d.spool.Remove(c.Path, c.ID); err != nil {
+			d.log.Error("cannot remove completed message", "msg", c.Path, "error", err)
+			return
+		}
+		d.log.Info("complete", "msg", c.Path)
 		return
 	}
-	d.log.Info("complete", "msg", c.Path)
+	d.in.known[c.Path] = true // until its files are gone: no scan reads it
+	d.rm.remove(c.Path, c.ID)
 }
 
 // notice sends the DSN the core asked for while the message stays queued
@@ -108,30 +121,51 @@ func (d *Daemon) report(rel string) error {
 	if err != nil {
 		return fmt.Errorf("daemon: dsn: %w", err)
 	}
+	// The reports become mail only with their d lines marked: if queuing
+	// one or marking fails, those already queued are withdrawn, or the
+	// retry would send them again.
+	queued := make([]string, 0, len(res.Reports))
 	for _, r := range res.Reports {
-		to := route(r.To)
-		queued, err := d.spool.Enqueue(&ctlfile.Message{
+		q, err := d.spool.Enqueue(&ctlfile.Message{
 			SenderChannel: "error",
-			Rcpts:         []ctlfile.Address{to},
+			Rcpts:         []ctlfile.Address{route(r.To)},
 			Header:        r.Header,
 			Body:          r.Body,
 		})
-		if queued != "" {
-			d.enqueueRead(queued)
+		if q != "" {
+			queued = append(queued, q)
 		}
 		if err != nil {
+			d.withdraw(rel, queued)
 			return fmt.Errorf("daemon: dsn for %s: %w", rel, err)
 		}
-		d.log.Info("delivery status notification queued", "msg", rel, "dsn", queued,
+	}
+	if err := d.spool.MarkDiags(rel, res.Done); err != nil {
+		d.withdraw(rel, queued)
+		return fmt.Errorf("daemon: dsn: %w", err)
+	}
+	for i, r := range res.Reports {
+		to := route(r.To)
+		d.enqueueRead(queued[i])
+		d.log.Info("delivery status notification queued", "msg", rel, "dsn", queued[i],
 			"to", r.To, "channel", to.Channel, "host", to.Host, "double_fault", r.DoubleFault, "actions", actions(r.Actions))
 	}
 	if res.Dropped != "" {
 		d.log.Error("delivery status notification dropped", "msg", rel, "reason", res.Dropped)
 	}
-	if err := d.spool.MarkDiags(rel, res.Done); err != nil {
-		return fmt.Errorf("daemon: dsn: %w", err)
-	}
 	return nil
+}
+
+// withdraw removes reports queued for rel whose d lines stay unmarked (no
+// agent has seen them: only this goroutine reads the queue).
+func (d *Daemon) withdraw(rel string, queued []string) {
+	for _, q := range queued {
+		if err := d.spool.Remove(q, path.Base(q)); err != nil {
+			d.log.Error("cannot withdraw delivery status notification; it may be sent twice", "msg", rel, "dsn", q, "error", err)
+			continue
+		}
+		d.log.Warn("delivery status notification withdrawn", "msg", rel, "dsn", q)
+	}
 }
 
 // headerOffset picks the m block the report returns: that of the first

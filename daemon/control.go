@@ -25,7 +25,15 @@ type ops struct {
 	reload  chan struct{}
 	metrics *metrics
 	started time.Time
+	// Control commands: how long each waited for the loop (from the
+	// server reading its line) and how long the loop spent on it.
+	ctlWait, ctlRun core.Latency
 }
+
+// slowControl is how long a control command may take, waiting for the
+// loop and running on it, before it is logged: issue 9's bound on mailq
+// and WHY.
+const slowControl = 100 * time.Millisecond
 
 // startOps opens the control socket (and its optional TCP listener) and the
 // metrics listener.
@@ -156,12 +164,25 @@ func (d *Daemon) reload() error {
 	return nil
 }
 
-// control carries out one control command on the loop and replies.
+// control carries out one control command on the loop and replies. The
+// loop's share of its latency (the wait for the loop, the run on it) is
+// measured with the wall clock, whatever clock the daemon schedules by.
 func (d *Daemon) control(req *control.Request) {
-	now := d.now()
-	rep := d.command(now, req)
+	start := time.Now()
+	rep := d.command(d.now(), req)
 	d.apply()
 	req.Respond(rep)
+	ran := time.Since(start)
+	var waited time.Duration
+	if !req.Received.IsZero() {
+		waited = max(start.Sub(req.Received), 0)
+	}
+	d.ops.ctlWait.Observe(waited)
+	d.ops.ctlRun.Observe(ran)
+	if waited+ran >= slowControl {
+		d.log.Warn("slow control command", "verb", req.Verb, "waited", waited.String(), "ran", ran.String(),
+			"lines", len(rep.Lines))
+	}
 }
 
 func (d *Daemon) command(now time.Time, req *control.Request) control.Reply {
@@ -424,15 +445,7 @@ func (d *Daemon) showThread(now time.Time, channel, host string) ([]string, bool
 	if !ok {
 		return nil, false
 	}
-	hb := 0
-	for _, r := range d.core.Rings(now) {
-		for _, x := range r.Threads {
-			if x.Channel == t.Channel && x.Host == t.Host {
-				hb = hostBound(r.HostBound)
-			}
-		}
-	}
-	out := []string{fmt.Sprintf("#%s/%s/%d\t%s", t.Channel, t.Host, hb, d.threadLine(now, t, d.agentMap()))}
+	out := []string{fmt.Sprintf("#%s/%s/%d\t%s", t.Channel, t.Host, hostBound(t.HostBound), d.threadLine(now, t, d.agentMap()))}
 	epoch := func(x time.Time) string {
 		if x.IsZero() {
 			return "0"
@@ -481,6 +494,11 @@ func (d *Daemon) counters(now time.Time) []string {
 		fmt.Sprintf("dispatch_latency_p50 %s", l.Quantile(0.5)),
 		fmt.Sprintf("dispatch_latency_p99 %s", l.Quantile(0.99)),
 		fmt.Sprintf("uptime %s", age(now.Sub(d.ops.started))),
+		fmt.Sprintf("control_commands %d", d.ops.ctlRun.Count()),
+		fmt.Sprintf("control_wait_p50 %s", d.ops.ctlWait.Quantile(0.5)),
+		fmt.Sprintf("control_wait_p99 %s", d.ops.ctlWait.Quantile(0.99)),
+		fmt.Sprintf("control_run_p50 %s", d.ops.ctlRun.Quantile(0.5)),
+		fmt.Sprintf("control_run_p99 %s", d.ops.ctlRun.Quantile(0.99)),
 	}
 	for _, st := range core.ThreadStates() {
 		out = append(out, fmt.Sprintf("threads_%s %d", st, g.Threads[st]))

@@ -310,6 +310,11 @@ maxring = 10
 			t.Fatalf("counters lack %q:\n%s", want, counters)
 		}
 	}
+	// The commands before it were timed on the loop.
+	if !regexp.MustCompile(`(?m)^control_commands [1-9][0-9]*$`).MatchString(counters) ||
+		!regexp.MustCompile(`(?m)^control_wait_p99 \S+$`).MatchString(counters) {
+		t.Fatalf("counters lack the control commands' timing:\n%s", counters)
+	}
 }
 
 func slicesContain[T comparable](s []T, x T) bool {

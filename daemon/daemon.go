@@ -56,13 +56,17 @@ type Daemon struct {
 	// inject failures here).
 	appendDiags func(rel string, ds []ctlfile.Diag) error
 
-	procs   map[int]*agent.Proc
-	events  chan agent.Event
-	notify  chan string
-	conn    *net.UnixConn
-	pidfile string
+	procs  map[int]*agent.Proc
+	events chan agent.Event
+	// lines and agentOrder are write's scratch space.
+	lines      map[int][]string
+	agentOrder []int
+	notify     chan string
+	conn       *net.UnixConn
+	pidfile    string
 
-	in      intake // control files on their way into the core (intake.go)
+	in      intake   // control files on their way into the core (intake.go)
+	rm      *remover // completed messages' files being removed (remove.go)
 	stopped bool
 
 	ops ops // control socket, reload, metrics (control.go, metrics.go)
@@ -157,14 +161,21 @@ func (d *Daemon) Core() *core.Scheduler { return d.core }
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.close()
 	defer d.saveState() // after shutdown: the agents' last reports count
+	d.rm = newRemover(d.spool, d.log)
+	// First: a drain removes the files of the last completions too.
+	defer func() { d.rm.close(d.opt.Drain) }()
+	swept := make(chan struct{})
+	go d.sweep(swept)
+	defer func() { <-swept }()
 	d.startScan(d.now())
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	notify := d.notify
 	for {
+		d.serveWaiting()
 		d.intakeStep()
 		d.apply()
-		if d.opt.Drain && d.intakeIdle() && d.core.Idle() {
+		if d.opt.Drain && d.intakeIdle() && d.core.Idle() && d.rm.idle() {
 			l := d.core.Latency()
 			c := d.core.Counters()
 			d.log.Info("queue drained", "delivered", c.Delivered, "failed", c.Failed,
@@ -185,8 +196,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return d.shutdown()
 		case ev := <-d.events:
 			d.agentEvent(ev)
-			// Take whatever else is ready before looking at the timer.
-			for n := 0; n < 512; n++ {
+			// Take whatever else is ready before acting on any of it: the
+			// job lines for one agent then leave in one write, and the
+			// core's actions are carried out once per batch.
+			for n := 1; n < 512; n++ {
+				if n%64 == 0 {
+					// An operator waits on a busy loop at most this long.
+					d.apply()
+					d.serveWaiting()
+				}
 				select {
 				case ev := <-d.events:
 					d.agentEvent(ev)
@@ -194,6 +212,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 				default:
 				}
 				break
+			}
+			d.apply()
+		case <-d.fetchDone():
+			// intakeStep takes the batch at the top of the loop.
+		case <-d.rm.done:
+			for _, rel := range d.rm.take() {
+				delete(d.in.known, rel)
 			}
 		case rel, ok := <-notify:
 			if !ok {
@@ -218,6 +243,39 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// serveWaiting answers the control requests already waiting, so that an
+// operator's mailq or WHY waits for at most a slice of a busy turn, never
+// a whole one (intake at start reads thousands of files a turn).
+func (d *Daemon) serveWaiting() {
+	reqs := d.requests()
+	for range 16 {
+		select {
+		case req := <-reqs:
+			d.control(req)
+		default:
+			return
+		}
+	}
+}
+
+// sweep removes what enqueues killed midway left behind, once at start,
+// beside the loop: with an unhashed queue it is a pass over the whole
+// queue directory.
+func (d *Daemon) sweep(done chan<- struct{}) {
+	defer close(done)
+	removed, err := d.spool.SweepTemp(d.now().Add(-tempMaxAge))
+	for _, p := range removed {
+		d.log.Info("removed a temporary file left by an interrupted enqueue", "file", p)
+	}
+	if err != nil {
+		d.log.Warn("sweeping temporary files", "error", err)
+	}
+}
+
+// tempMaxAge is the age past which an enqueue's temporary file is debris:
+// no enqueue takes that long.
+const tempMaxAge = time.Hour
 
 func (d *Daemon) close() {
 	d.stopOps()
@@ -299,7 +357,6 @@ func (d *Daemon) agentEvent(ev agent.Event) {
 		}
 		d.core.AgentExited(now, ev.ID, exitReason(ev))
 	}
-	d.apply()
 }
 
 func exitReason(ev agent.Event) string {
@@ -331,7 +388,7 @@ func hasPendingDiags(f *ctlfile.File) bool {
 
 // arrival reduces a control file to what the core schedules.
 func arrival(rel string, f *ctlfile.File) core.Arrival {
-	a := core.Arrival{Inum: f.Inum, Path: rel, ID: f.ID, Arrival: f.Arrival, Bounce: f.IsBounce(), Warned: warned(f)}
+	a := core.Arrival{Inum: f.Inum, Path: rel, ID: f.ID, Arrival: f.Arrival, Bounce: f.IsBounce(), Warned: warned(f), Diags: hasPendingDiags(f)}
 	for _, g := range f.Groups() {
 		cg := core.Group{Channel: g.Channel, Host: g.Host, Rcpts: make([]vertex.Rcpt, len(g.Rcpts))}
 		for i, ri := range g.Rcpts {

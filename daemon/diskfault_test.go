@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -13,6 +12,9 @@ import (
 	"time"
 
 	"zsched/core"
+	"zsched/ctlfile"
+	"zsched/internal/tinyfs"
+	"zsched/report"
 	"zsched/thread"
 )
 
@@ -21,18 +23,7 @@ import (
 // temporary file behind, and the same state is saved once there is space
 // (the failed save is not taken as done).
 func TestStateSaveOnFullDisk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tiny tmpfs for ENOSPC")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v: %s)", err, bytes.TrimSpace(out))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount: %v: %s", err, out)
-		}
-	})
+	dir := tinyfs.Mount(t, 128<<10)
 	t0 := time.Unix(1_700_000_000, 0)
 	dest := func(n int) []core.Destination {
 		var ds []core.Destination
@@ -100,4 +91,56 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestUnwrittenDiagRetriedByScan: the d line the scheduler owes (an agent's
+// `ok` under NOTIFY=SUCCESS) cannot be appended; the message is found again
+// by a scan, whose file shows no pending d line. Writing the kept line
+// then must still send its DSN: the file read before it was written does
+// not say a report is owed.
+func TestUnwrittenDiagRetriedByScan(t *testing.T) {
+	d := completionDaemon(t)
+	rel, err := d.spool.Enqueue(&ctlfile.Message{
+		Sender: "someone@sender.test",
+		Rcpts:  []ctlfile.Address{{Channel: "smtp", Host: "dest.test", User: "a@dest.test", Notify: "SUCCESS"}},
+		Header: []byte(origHeader),
+		Body:   []byte("the body\n"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ctlfile.Open(filepath.Join(d.spool.TransportDir(), rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := h.File
+	if err := h.Mark(0, ctlfile.Done); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	d.appendDiags = func(string, []ctlfile.Diag) error { return fmt.Errorf("write: %w", syscall.ENOSPC) }
+	d.diags([]core.Diag{{Path: rel, Inum: f.Inum, Offset: f.Rcpts[0].Offset,
+		Notary: report.Notary{Recipient: "a@dest.test", Action: "delivered", Status: "2.0.0", Diagnostic: "smtp; 250 ok"},
+		Text:   "250 ok"}})
+	d.finish(core.Complete{Path: rel, ID: f.ID, Inum: f.Inum, Diags: true})
+	if !fileExists(filepath.Join(d.spool.TransportDir(), rel)) {
+		t.Fatal("the message completed while its d line was unwritten")
+	}
+
+	d.appendDiags = nil // the disk recovered; the scan reads the file again
+	again, err := d.spool.Read(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.admit(fetched{rel: rel, f: again})
+	if fileExists(filepath.Join(d.spool.TransportDir(), rel)) {
+		t.Fatal("the message did not complete once its d line could be written")
+	}
+	dsns := otherFiles(t, d, rel)
+	if len(dsns) != 1 {
+		t.Fatalf("%d files queued, want one DSN: the kept d line's report was lost", len(dsns))
+	}
+	if _, _, rcpts := readDSN(t, d.spool, dsns[0]); len(rcpts) != 1 || rcpts[0].Get("Final-Recipient") != "rfc822; a@dest.test" {
+		t.Fatalf("DSN recipients %v", rcpts)
+	}
 }

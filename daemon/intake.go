@@ -258,8 +258,10 @@ func (d *Daemon) intakeStep() {
 	d.scanSome(now)
 	// A batch read on other goroutines since the last turn joins the
 	// files already read, after them: arrival order is kept.
-	if in.inflight != nil {
-		in.ready = append(in.ready, in.inflight.wait()...)
+	// Run's loop wakes when it is read (fetchDone); until then the loop
+	// serves agents and operators rather than wait.
+	if in.inflight != nil && in.inflight.finished() {
+		in.ready = append(in.ready, in.inflight.out...)
 		in.inflight = nil
 	}
 	// Start the next batch before handing this one to the core, so that
@@ -267,7 +269,7 @@ func (d *Daemon) intakeStep() {
 	// core, a batch at most; the recipient limit is known only once they
 	// are read, and what does not fit waits in ready, already read (at
 	// most two batches).
-	if in.pending() > 0 && len(in.ready) <= startBatch && d.room(now) {
+	if in.inflight == nil && in.pending() > 0 && len(in.ready) <= startBatch && d.room(now) {
 		most := readBatch
 		if in.initial {
 			most = startBatch
@@ -291,11 +293,17 @@ func (d *Daemon) intakeStep() {
 			}
 		}
 	}
-	for len(in.ready) > 0 && d.room(now) {
+	for n := 1; len(in.ready) > 0 && d.room(now); n++ {
 		r := in.ready[0]
 		in.ready[0] = fetched{}
 		in.ready = in.ready[1:]
 		d.admit(r)
+		if n%256 == 0 {
+			// A turn at start places thousands of messages: operators
+			// and the first job lines do not wait for all of them.
+			d.apply()
+			d.serveWaiting()
+		}
 	}
 	if len(in.ready) == 0 {
 		in.ready = nil // a large batch must not pin its array
@@ -319,9 +327,6 @@ func (d *Daemon) intakeStep() {
 func (d *Daemon) intakeBusy() bool {
 	in := &d.in
 	if in.scan != nil && in.pending() < in.max {
-		return true
-	}
-	if in.inflight != nil {
 		return true
 	}
 	if in.pending() == 0 && len(in.ready) == 0 {
@@ -396,12 +401,13 @@ const parallelFetch = 32
 // file, and touches no scheduling state (Spool's methods may run on any
 // goroutine). Run's goroutine hands the results to the core, in order.
 type fetchJob struct {
-	out []fetched
-	wg  sync.WaitGroup
+	out  []fetched
+	wg   sync.WaitGroup
+	done chan struct{} // closed once every file of the batch is read
 }
 
 func (d *Daemon) startFetch(rels []string) *fetchJob {
-	j := &fetchJob{out: make([]fetched, len(rels))}
+	j := &fetchJob{out: make([]fetched, len(rels)), done: make(chan struct{})}
 	for i, rel := range rels {
 		j.out[i].rel = rel
 	}
@@ -415,13 +421,30 @@ func (d *Daemon) startFetch(rels []string) *fetchJob {
 			}
 		}()
 	}
+	go func() {
+		j.wg.Wait()
+		close(j.done)
+	}()
 	return j
 }
 
-// wait returns the batch once every file of it is read.
-func (j *fetchJob) wait() []fetched {
-	j.wg.Wait()
-	return j.out
+// finished reports whether every file of the batch is read.
+func (j *fetchJob) finished() bool {
+	select {
+	case <-j.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// fetchDone is closed when the batch being read is ready; nil when none is
+// being read, which Run's select never picks.
+func (d *Daemon) fetchDone() <-chan struct{} {
+	if d.in.inflight == nil {
+		return nil
+	}
+	return d.in.inflight.done
 }
 
 // admit hands a file read from the queue to the core. A malformed file is
@@ -455,7 +478,6 @@ func (d *Daemon) admit(r fetched) {
 	a := arrival(rel, f)
 	if len(a.Groups) == 0 {
 		// Nothing pending: a message completed before a restart.
-		d.log.Info("complete", "msg", rel)
 		d.finish(core.Complete{Path: rel, ID: f.ID, Inum: f.Inum, Diags: hasPendingDiags(f), Bounce: f.IsBounce()})
 		return
 	}

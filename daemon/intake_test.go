@@ -197,7 +197,7 @@ func TestIntakeWaitsOnDisk(t *testing.T) {
 	d.in.max = 8
 	d.startScan(d.now())
 	for range 10 {
-		d.intakeStep()
+		step(d)
 		d.core.Ready() // the agents are never started
 	}
 	if got := d.core.Messages(); got != 5 {
@@ -212,7 +212,7 @@ func TestIntakeWaitsOnDisk(t *testing.T) {
 	// Raise the limit as if messages had left: the rest comes in.
 	d.cfg.Scheduler.MessageActiveLimit = msgs
 	for i := 0; i < 20 && !d.intakeIdle(); i++ {
-		d.intakeStep()
+		step(d)
 		d.core.Ready()
 	}
 	if got := d.core.Messages(); got != msgs {
@@ -221,6 +221,15 @@ func TestIntakeWaitsOnDisk(t *testing.T) {
 	if !d.intakeIdle() {
 		t.Error("intake not idle after the pass")
 	}
+}
+
+// step is one intake turn as Run's loop takes it: once the batch being
+// read, if any, is ready (Run selects on fetchDone).
+func step(d *Daemon) {
+	if done := d.fetchDone(); done != nil {
+		<-done
+	}
+	d.intakeStep()
 }
 
 // BenchmarkIntake reads a queue of 20 000 one-recipient control files
@@ -237,7 +246,7 @@ func BenchmarkIntake(b *testing.B) {
 		d.in = newIntake()
 		d.startScan(d.now())
 		for !d.intakeIdle() {
-			d.intakeStep()
+			step(d)
 			d.core.Ready()
 		}
 		if got := d.core.Messages(); got != files {

@@ -165,8 +165,11 @@ type jobs struct {
 	clock int64 // seconds since base; never goes back (int32 range: 68 years)
 
 	root   *Job   // candidate index
-	dirty  []*Job // jobs to re-file in the index before the next query
 	parked *Job   // the current job, kept out of the index while current
+	dirty  []*Job // jobs to re-file in the index before the next query
+	// deadDirty counts freed jobs still on dirty, pruned now and then so
+	// that the list does not keep them alive.
+	deadDirty int
 
 	regs      map[thread.Key][]blockReg
 	nregs     int // registrations held, stale ones included
@@ -183,10 +186,13 @@ func (r *Ring) Configure(ranked bool, k Knobs) {
 	js := &r.jobs
 	was := js.indexing()
 	js.ranked, js.k = ranked, k
-	if js.indexing() && !was {
+	switch {
+	case js.indexing() && !was:
 		for _, j := range js.byMsg {
 			js.sync(j)
 		}
+	case was && !js.indexing():
+		js.dropIndex()
 	}
 }
 
@@ -378,6 +384,12 @@ func (js *jobs) free(j *Job) {
 	js.untree(j)
 	js.list.remove(&j.home)
 	delete(js.byMsg, j.Msg)
+	if j.dirty {
+		js.deadDirty++
+		if js.deadDirty > max(128, len(js.byMsg)/8) {
+			js.pruneDirty()
+		}
+	}
 }
 
 // pop takes j off its preemption stack (qmgr_job_pop): its parent is
@@ -532,7 +544,7 @@ func (js *jobs) renumber() {
 			j.ts.label = n.label
 		}
 		if js.ranked {
-			j.each(func(v *vertex.Vertex) { v.Rank = n.label })
+			j.each(func(v *vertex.Vertex) { v.Relabel(n.label) })
 		}
 	}
 	js.recopy(js.root)

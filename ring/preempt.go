@@ -183,7 +183,7 @@ func (js *jobs) block(j *Job) {
 		if v.JobFed {
 			return // it comes back through Requeue, which unblocks
 		}
-		k := thread.Key{Clause: v.Clause, Channel: v.Channel, Host: v.Host}
+		k := *v.Dest
 		js.regs[k] = append(js.regs[k], blockReg{j, j.blockGen})
 		j.nregs++
 	})
@@ -259,18 +259,21 @@ func (js *jobs) filed(j *Job) bool {
 }
 
 // sync notes that j's eligibility or key may have changed. Jobs are
-// re-filed in the index in a batch before the next query (flush), so a job
-// that changes several times between two picks — a message arriving with
-// many vertices — costs one re-filing.
+// re-filed in the index only when it is asked (flush, before a query): a
+// job that changes several times between two queries — every entry fed
+// changes its key — costs one re-filing, and one that comes and goes
+// between two costs none. That is most jobs when messages are too small
+// ever to preempt (total < minimum_delivery_slots × cost: no query is
+// made), where re-filing at every slot was most of the cost of a pick with
+// a million recipients queued (each re-filing walks the index, a cache
+// miss a level). Without the index (orders other than preemptive) nothing
+// is noted.
 func (js *jobs) sync(j *Job) {
-	if j.dirty {
+	if j.dirty || !js.indexing() {
 		return
 	}
 	j.dirty = true
 	js.dirty = append(js.dirty, j)
-	if len(js.dirty) >= 256 {
-		js.flush()
-	}
 }
 
 func (js *jobs) flush() {
@@ -280,6 +283,34 @@ func (js *jobs) flush() {
 		js.refile(j)
 	}
 	js.dirty = js.dirty[:0]
+	js.deadDirty = 0
+}
+
+// pruneDirty drops freed jobs from the dirty list.
+func (js *jobs) pruneDirty() {
+	keep := js.dirty[:0]
+	for _, j := range js.dirty {
+		if j.freed {
+			j.dirty = false
+			continue
+		}
+		keep = append(keep, j)
+	}
+	clear(js.dirty[len(keep):])
+	js.dirty = keep
+	js.deadDirty = 0
+}
+
+// dropIndex empties the candidate index when the ring stops preempting.
+func (js *jobs) dropIndex() {
+	for _, j := range js.byMsg {
+		j.inTree, j.dirty = false, false
+		j.tl, j.tr, j.best = nil, nil, nil
+	}
+	clear(js.dirty)
+	js.dirty = js.dirty[:0]
+	js.deadDirty = 0
+	js.root, js.parked = nil, nil
 }
 
 // refile puts j in or out of the candidate index, or moves it, as its

@@ -77,7 +77,7 @@ func (w *world) arrive(hosts []int, unread int) {
 	m := &vertex.Message{Seq: w.seq, Inum: int64(w.seq), Path: fmt.Sprint(w.seq)}
 	w.msgs[w.seq] = m
 	for i, h := range hosts {
-		v := vertex.New(m, 0, "smtp", fmt.Sprintf("h%d", h), []vertex.Rcpt{{Offset: int64(100 + 10*i)}})
+		v := vertex.New(m, &w.threads[h].Key, []vertex.Rcpt{{Offset: int64(100 + 10*i)}})
 		m.Vertices = append(m.Vertices, v)
 		th := w.threads[h]
 		w.r.AddEntry(v, w.now)
@@ -130,9 +130,9 @@ func (w *world) finish(i int, deferred bool, wait int) {
 	th := w.byHost[v.Host]
 	th.Busy--
 	if deferred {
-		v.NotBefore = time.Time{}
+		v.SetDue(time.Time{})
 		if wait > 0 {
-			v.NotBefore = w.now.Add(time.Duration(wait) * time.Second)
+			v.SetDue(w.now.Add(time.Duration(wait) * time.Second))
 		}
 		w.r.Requeue(v, w.now)
 		th.Add(v, w.now)
@@ -180,6 +180,11 @@ func (w *world) check() {
 	w.t.Helper()
 	if err := w.r.CheckJobs(); err != nil {
 		w.t.Fatalf("after %d picks: %v", len(w.picks), err)
+	}
+	for _, th := range w.threads {
+		if err := th.Check(); err != nil {
+			w.t.Fatalf("after %d picks: thread %s: %v", len(w.picks), th.Host, err)
+		}
 	}
 	for seq, rj := range w.ref.jobs {
 		j := w.r.Job(w.msgs[seq])
@@ -676,7 +681,7 @@ func (b *benchRing) arrive(size int) {
 		}
 		seen[h] = true
 		th := b.threads[h]
-		v := vertex.New(m, 0, "smtp", th.Host, []vertex.Rcpt{{Offset: int64(h)}})
+		v := vertex.New(m, &th.Key, []vertex.Rcpt{{Offset: int64(h)}})
 		m.Vertices = append(m.Vertices, v)
 		b.r.AddEntry(v, b.now)
 		th.Add(v, b.now)

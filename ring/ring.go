@@ -135,10 +135,7 @@ func (r *Ring) take(i int) int {
 // Empty reports whether the ring holds nothing and can be dropped.
 func (r *Ring) Empty() bool { return r.Threads == 0 && r.Agents == 0 }
 
-func less(a, b *thread.Thread) bool {
-	va, vb := a.Ready.Min(), b.Ready.Min()
-	return vertex.ByRank(va, vb)
-}
+func less(a, b *thread.Thread) bool { return vertex.FirstBefore(&a.Ready, &b.Ready) }
 
 func (r *Ring) swap(i, j int) {
 	r.wanting[i], r.wanting[j] = r.wanting[j], r.wanting[i]

@@ -12,6 +12,17 @@
 // read, #resync for a job the agent cannot use, exit without #hungry on a
 // control file with unknown format flags, and a partial last line at EOF
 // dropped unread.
+//
+// An agent spends its life on short jobs, a few system calls each, and
+// waits in between; Serve keeps both cheap. The per-job calls on the
+// control file and the message are raw system calls (package
+// zsched/internal/rawsys) that do not wake the Go runtime's monitor thread,
+// and on the process's own stdin and stdout the agent reads and writes
+// without blocking and waits for the next job line in the runtime poller,
+// so an idle agent is one thread asleep in epoll_wait rather than a thread
+// blocked in read(2) that the runtime must notice, hand off and take back.
+// Nothing of this shows on the wire; a write to a scheduler that has gone
+// away is an error (EPIPE) that Serve returns, not a SIGPIPE.
 package ta
 
 import (
@@ -29,6 +40,7 @@ import (
 	"time"
 
 	"zsched/ctlfile"
+	"zsched/internal/rawsys"
 	"zsched/report"
 
 	"golang.org/x/sys/unix"
@@ -59,7 +71,10 @@ type Agent struct {
 	// directory, which is postoffice/transport when the scheduler starts
 	// the agent. Message bodies are found at Dir/../queue/<hash dir>/<id>.
 	Dir string
-	// In and Out carry the protocol; nil means os.Stdin and os.Stdout.
+	// In and Out carry the protocol; nil means the process's stdin and
+	// stdout (fds 0 and 1), which Serve reads and writes with non-blocking
+	// system calls and waits on in the runtime poller (see the package
+	// documentation).
 	In  io.Reader
 	Out io.Writer
 	// PID is written into the locks; 0 means os.Getpid(). A lock must name
@@ -90,14 +105,16 @@ type Result struct {
 // and may Report results as they happen; it returns the rest.
 type Delivery struct {
 	File  *ctlfile.File
-	Path  string   // the job path as the scheduler sent it, e.g. "A/12345"
-	Host  string   // the destination: from the job line, else Agent.Host
-	Rcpts []int    // indexes into File.Rcpts of the locked recipients, in file order
-	Body  *os.File // the message file, open for reading; the body starts at File.BodyOffset
+	Path  string // the job path as the scheduler sent it, e.g. "A/12345"
+	Host  string // the destination: from the job line, else Agent.Host
+	Rcpts []int  // indexes into File.Rcpts of the locked recipients, in file order
 
-	s     *session
-	h     *ctlfile.Handle
-	state []rcptState // by index into File.Rcpts
+	s        *session
+	h        *ctlfile.Handle
+	state    []rcptState // by index into File.Rcpts
+	bodyFD   int         // the message file, open for reading; -1 once closed
+	bodyName string
+	body     *os.File // bodyFD as an *os.File, once Body made it
 }
 
 type rcptState uint8
@@ -110,6 +127,30 @@ const (
 
 // Rcpt returns the recipient with index i in File.Rcpts.
 func (d *Delivery) Rcpt(i int) *ctlfile.Rcpt { return &d.File.Rcpts[i] }
+
+// Body returns the message file, open for reading; the body starts at
+// File.BodyOffset. Serve opens it after taking the locks and before calling
+// the delivery function (a missing one is error2 for every recipient, as in
+// libta), and closes it when the function returns; Body is nil after that.
+// The *os.File is made on the first call, so an agent that never reads the
+// message pays only the open and the close.
+func (d *Delivery) Body() *os.File {
+	if d.body == nil && d.bodyFD >= 0 {
+		d.body = os.NewFile(uintptr(d.bodyFD), d.bodyName)
+	}
+	return d.body
+}
+
+// closeBody closes the message file.
+func (d *Delivery) closeBody() {
+	if d.body != nil {
+		d.body.Close()
+		d.body = nil
+	} else {
+		rawsys.Close(d.bodyFD)
+	}
+	d.bodyFD = -1
+}
 
 // Report settles one recipient at once, while the delivery function runs
 // (never after it returned), and flushes so the scheduler sees it now: an
@@ -135,6 +176,7 @@ func (d *Delivery) Report(r Result) error {
 // file with unknown format flags, and an error when Out fails.
 func (a *Agent) Serve(deliver func(d *Delivery) []Result) error {
 	s := newSession(a)
+	defer s.close()
 	for {
 		s.w.WriteString("#hungry\n")
 		// Flush before a read that may block, and at least every
@@ -196,16 +238,19 @@ type session struct {
 	werr  error
 	// flushed is when output was last flushed.
 	flushed time.Time
+	// close releases the descriptors Serve opened for stdin and stdout.
+	close func()
 }
 
 func newSession(a *Agent) *session {
 	s := &session{a: a, pid: a.PID, now: a.Now}
-	in, out := a.In, a.Out
-	if in == nil {
-		in = os.Stdin
+	in, out, closeStdio := stdio(a.In == nil, a.Out == nil)
+	s.close = closeStdio
+	if a.In != nil {
+		in = a.In
 	}
-	if out == nil {
-		out = os.Stdout
+	if a.Out != nil {
+		out = a.Out
 	}
 	// Job lines are short; the reader's size caps them, like the line
 	// limit the scheduler applies to us.
@@ -309,7 +354,7 @@ func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
 		s.resync(p)
 		return nil
 	}
-	d := &Delivery{File: h.File, Path: p, Host: host, s: s, h: h}
+	d := &Delivery{File: h.File, Path: p, Host: host, s: s, h: h, bodyFD: -1}
 	defer func() {
 		if err := h.Close(); err != nil {
 			s.comment("%v", err)
@@ -321,7 +366,8 @@ func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
 	}
 
 	body := filepath.Join(s.a.Dir, "..", "queue", hashDir(p), d.File.ID)
-	d.Body, err = openBody(body)
+	// A raw descriptor, and an *os.File only if the agent asks (Body).
+	bodyFD, err := rawsys.OpenCwd(body, unix.O_RDONLY)
 	if err != nil {
 		res := Result{Status: report.Error2, Notary: report.Notary{Action: "failed"}, Text: missingBody}
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -337,7 +383,8 @@ func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
 		s.resync(p)
 		return nil
 	}
-	defer d.Body.Close()
+	d.bodyFD, d.bodyName = bodyFD, body
+	defer d.closeBody()
 
 	for _, r := range deliver(d) {
 		d.settle(r)
@@ -371,7 +418,9 @@ func (s *session) lock(d *Delivery) bool {
 			(d.Host != "" && !strings.EqualFold(r.Host, d.Host)) {
 			continue
 		}
-		ok, err := d.h.Lock(i, s.pid)
+		// ctlfile.Open has just read the status byte: no need to read
+		// it again.
+		ok, err := d.h.LockAsRead(i, s.pid)
 		if err != nil {
 			s.comment("lock %s/%d: %v", d.Path, r.Offset, err)
 			continue
@@ -467,19 +516,4 @@ func defaultNotary(rc *ctlfile.Rcpt, class report.Class) report.Notary {
 		n.Action, n.Status = "failed", "5.0.0"
 	}
 	return n
-}
-
-// openBody opens the message file read-only. It is os.Open without the
-// poller registration and flag probes os.Open spends on every file (five
-// system calls beside the open); an agent opens one body per job, and a
-// regular file never blocks.
-func openBody(name string) (*os.File, error) {
-	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	for err == unix.EINTR {
-		fd, err = unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	}
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
-	}
-	return os.NewFile(uintptr(fd), name), nil
 }

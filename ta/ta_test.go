@@ -254,10 +254,10 @@ func TestA1Transcript(t *testing.T) {
 	c := serve(t, &Agent{Channel: "smtp", Dir: dir}, func(d *Delivery) []Result {
 		got = *d
 		during, _ = os.ReadFile(filepath.Join(dir, "10002561"))
-		if _, err := d.Body.Seek(d.File.BodyOffset, io.SeekStart); err != nil {
+		if _, err := d.Body().Seek(d.File.BodyOffset, io.SeekStart); err != nil {
 			t.Error(err)
 		}
-		body, _ = io.ReadAll(d.Body)
+		body, _ = io.ReadAll(d.Body())
 		return []Result{{Rcpt: d.Rcpts[0], Status: report.OK3, Text: a1Text}}
 	})
 	c.expect("#hungry")

@@ -11,12 +11,9 @@ import (
 	"zsched/vertex"
 )
 
-// Key identifies a thread.
-type Key struct {
-	Clause  int
-	Channel string
-	Host    string
-}
+// Key identifies a thread. Its vertices point at their thread's Key
+// (vertex.Dest) rather than holding copies of the names.
+type Key = vertex.Dest
 
 // Thread is one destination.
 type Thread struct {
@@ -28,6 +25,9 @@ type Thread struct {
 	Waiting vertex.Heap
 	// Vertices counts every vertex of the thread: ready, waiting or fed.
 	Vertices int
+	// Tally counts their pending recipients by arrival, for the operator
+	// views (the core keeps it: core/ops.go).
+	Tally Tally
 
 	Busy   int // agents attached
 	Window Window
@@ -57,8 +57,8 @@ type Thread struct {
 func New(k Key, w Window) *Thread {
 	return &Thread{
 		Key:       k,
-		Ready:     vertex.NewHeap(vertex.ByRank),
-		Waiting:   vertex.NewHeap(vertex.ByTime),
+		Ready:     vertex.NewHeap(vertex.ByRankOrder),
+		Waiting:   vertex.NewHeap(vertex.ByTimeOrder),
 		Window:    w,
 		WakeIndex: -1,
 		RingIndex: -1,
@@ -84,10 +84,9 @@ func (t *Thread) Wants(now time.Time) bool {
 
 // Promote moves vertices whose own time has come from Waiting to Ready.
 func (t *Thread) Promote(now time.Time) {
-	for v := t.Waiting.Min(); v != nil && !v.NotBefore.After(now); v = t.Waiting.Min() {
+	for v := t.Waiting.Min(); v != nil && !v.DueAfter(now); v = t.Waiting.Min() {
 		t.Waiting.Remove(v)
-		v.DueSince = v.NotBefore
-		t.Ready.Push(v)
+		t.Ready.Push(v) // due since its retry time, which Due keeps
 	}
 }
 
@@ -100,7 +99,7 @@ func (t *Thread) NextWake(now time.Time) time.Time {
 		w = t.BackoffUntil
 	}
 	if v := t.Waiting.Min(); v != nil {
-		at := v.NotBefore
+		at := v.Due()
 		if at.Before(t.BackoffUntil) {
 			at = t.BackoffUntil
 		}
@@ -117,13 +116,21 @@ func (t *Thread) NextWake(now time.Time) time.Time {
 func (t *Thread) Add(v *vertex.Vertex, now time.Time) {
 	switch {
 	case v.Msg.Held:
-	case v.NotBefore.After(now):
+	case v.DueAfter(now):
 		t.Waiting.Push(v)
 	default:
-		v.DueSince = now
+		v.SetDue(now)
 		t.Ready.Push(v)
 	}
 }
 
 // Take removes v from whichever heap of t holds it.
 func (t *Thread) Take(v *vertex.Vertex) { v.Dequeue() }
+
+// Check verifies the thread's two heaps (vertex.Heap.Check).
+func (t *Thread) Check() error {
+	if err := t.Ready.Check(); err != nil {
+		return err
+	}
+	return t.Waiting.Check()
+}

@@ -13,11 +13,11 @@ func BenchmarkHeap(b *testing.B) {
 	for _, n := range []int{100, 10_000, 1_000_000} {
 		b.Run("n="+strconv.Itoa(n), func(b *testing.B) {
 			rng := rand.New(rand.NewSource(1))
-			h := NewHeap(ByRank)
+			h := NewHeap(ByRankOrder)
 			m := &Message{}
 			pool := make([]*Vertex, n+1)
 			for i := range pool {
-				v := New(m, 0, "smtp", "h", []Rcpt{{Offset: int64(i)}})
+				v := New(m, dest, []Rcpt{{Offset: int64(i)}})
 				v.Rank = rng.Float64()
 				pool[i] = v
 			}
@@ -40,11 +40,11 @@ func BenchmarkHeap(b *testing.B) {
 func BenchmarkHeapRemove(b *testing.B) {
 	const n = 100_000
 	rng := rand.New(rand.NewSource(1))
-	h := NewHeap(ByTime)
+	h := NewHeap(ByTimeOrder)
 	m := &Message{}
 	vs := make([]*Vertex, n)
 	for i := range vs {
-		v := New(m, 0, "smtp", "h", []Rcpt{{Offset: int64(i)}})
+		v := New(m, dest, []Rcpt{{Offset: int64(i)}})
 		v.Rank = rng.Float64()
 		vs[i] = v
 		h.Push(v)
@@ -54,5 +54,41 @@ func BenchmarkHeapRemove(b *testing.B) {
 		v := vs[i%n]
 		h.Remove(v)
 		h.Push(v)
+	}
+}
+
+// BenchmarkHeapFeed is the dispatch benchmark's heap traffic: a thousand
+// thread heaps of n/1000 vertices each, fed in FIFO order (every push
+// ranks after everything queued) and popped in turn across the threads,
+// so that with a million vertices queued every heap touched is cold.
+func BenchmarkHeapFeed(b *testing.B) {
+	for _, n := range []int{10_000, 1_000_000} {
+		b.Run("n="+strconv.Itoa(n), func(b *testing.B) {
+			const threads = 1000
+			rng := rand.New(rand.NewSource(1))
+			hs := make([]Heap, threads)
+			m := &Message{}
+			rank := 0.0
+			for i := range hs {
+				hs[i] = NewHeap(ByRankOrder)
+			}
+			for i := 0; i < n; i++ {
+				v := New(m, dest, []Rcpt{{Offset: int64(i)}})
+				rank++
+				v.Rank = rank
+				hs[rng.Intn(threads)].Push(v)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				h := &hs[(i*7919)%threads]
+				v := h.Pop()
+				if v == nil {
+					continue
+				}
+				rank++
+				v.Rank = rank
+				hs[rng.Intn(threads)].Push(v)
+			}
+		})
 	}
 }

@@ -3,10 +3,17 @@
 // message for one (channel, host) — the unit a transport agent is fed as one
 // job line. It also provides the two vertex orders threads keep: by feed rank
 // (which job goes first) and by retry time. Pure data: no I/O, no clock.
+//
+// A vertex is what the core holds per pending destination of every message,
+// so its size is most of the core's memory (DESIGN §8 budgets 300 bytes per
+// in-core recipient): its times are Unix nanoseconds rather than time.Time,
+// its destination is shared with its thread, and it keeps no deadline the
+// core can compute from the message and the clause.
 package vertex
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 	"time"
 
 	"zsched/report"
@@ -26,60 +33,116 @@ type Message struct {
 	ID      string // body file name
 	Arrival time.Time
 	Seq     uint64 // arrival order within this process, the FIFO job order
-	Bounce  bool   // the message is itself a DSN
 
 	Vertices []*Vertex
-	Pending  int  // recipients still pending in core
-	Diags    bool // d lines were written for it: a DSN is owed at completion
-	Held     bool // operator hold
-	Warned   bool // its delay warning was written (once per message)
-	Resyncs  int
+	Pending  int   // recipients still pending in core
+	Resyncs  uint8 // #resync re-reads; the core drops the message past a few dozen
+	Bounce   bool  // the message is itself a DSN
+	Diags    bool  // d lines were written for it: a DSN is owed at completion
+	Held     bool  // operator hold
+	Warned   bool  // its delay warning was written (once per message)
+	// Gone is set when the message leaves core (completed or dropped):
+	// the jobs agents still hold for it are stale. A message that comes
+	// back is a new Message.
+	Gone bool
+}
+
+// Dest identifies a destination: the (clause, channel, host) of a thread,
+// whose key it is (thread.Key).
+type Dest struct {
+	Clause  int
+	Channel string
+	Host    string
 }
 
 // Vertex is the pending recipients of one message for one (channel, host).
 type Vertex struct {
-	// The fields a heap operation touches come first, so that comparing
-	// and moving a vertex costs one cache line: with a million vertices
-	// queued nearly every vertex a heap looks at is a cache miss.
+	// The fields feeding the vertex touches — taking it off its heap,
+	// counting the slot for its job, writing its job line — come first,
+	// within 72 bytes: with a million vertices queued the vertex fed is a
+	// cache miss, and the fewer lines it spans the fewer misses.
 
-	Msg *Message
-	// Rank orders the feed within a ring: smaller goes first. The ring's
-	// job order sets it (FIFO: the message's Seq; preemption moves jobs).
-	Rank  float64
+	Msg   *Message
 	heap  *Heap // the heap that holds it, nil when none
-	index int32 // position in that heap, -1 when none
+	index int32 // its place in that heap (heap.go), -1 when none
 
 	// SiteFailed is set when the current attempt reported a site failure.
 	SiteFailed bool
 	// Resynced is set when the agent of the current attempt sent #resync.
 	Resynced bool
 	JobFed   bool // see Job
+	inRun    bool // index is a place in its heap's run (heap.go)
 
-	Rcpts []Rcpt // pending, ordered by Offset
+	// *Dest is the vertex's destination, shared with its thread (the
+	// thread's Key): one copy of the names per destination in core, not
+	// one per vertex. Only the core re-points it.
+	*Dest
 
-	// Agent is the id of the agent the vertex is fed to, 0 when none.
-	Agent int
-
-	Clause  int
-	Channel string
-	Host    string
 	// Job is package ring's record of the ring job that counts the vertex
 	// (a *ring.Job), nil when none; JobFed says that job counts it as fed
 	// rather than queued. Only package ring reads or writes them.
 	Job any
 
-	Attempts  int
-	Retry     int       // index into the clause's retries for this vertex's own deferrals
-	NotBefore time.Time // the vertex's own retry time; zero = due
-	DueSince  time.Time // when it last became due (for dispatch latency)
-	Expires   time.Time // arrival + expiry (zero = never)
-	Expires2  time.Time // arrival + expiry + expiry2 (zero = never)
+	// due is, in Unix nanoseconds (0 = none), the instant from which the
+	// vertex is due: while it waits, its own retry time (NotBefore); once
+	// due, the time it became due (DueSince, for dispatch latency). One
+	// field serves both because a vertex is never both waiting and ready.
+	due int64
+
+	// Agent is the id of the agent the vertex is fed to, 0 when none.
+	Agent int
+
+	Attempts int32
+	Retry    int32 // index into the clause's retries for this vertex's own deferrals
+
+	// Rank orders the feed within a ring: smaller goes first. The ring's
+	// job order sets it (FIFO: the message's Seq; preemption moves jobs).
+	// A heap holding the vertex keeps a copy (heaps compare copies, so
+	// sifting reads no vertex): after changing Rank, call Fix (or Relabel).
+	Rank float64
+
+	Rcpts []Rcpt // pending, ordered by Offset
 
 	// last is what the latest attempt reported, nil until one did: most
 	// vertices are delivered at their first attempt, and the text and DSN
-	// fields inline would be a third of every vertex (DESIGN §8 budgets
-	// 300 bytes per recipient in core).
+	// fields inline would be a third of every vertex.
 	last *attempt
+
+	// one holds the recipient of a vertex that has one (Rcpts is then a
+	// slice of it): the commonest case costs no second object, and no
+	// second cache miss when the vertex is fed and reported.
+	one [1]Rcpt
+}
+
+// Due returns the instant from which v is due: its own retry time while
+// it waits (zero or past = due now), the time it became due once ready.
+func (v *Vertex) Due() time.Time { return fromNanos(v.due) }
+
+// SetDue sets the instant from which v is due (zero: due now), restoring
+// the order of a time heap that holds it.
+func (v *Vertex) SetDue(t time.Time) {
+	v.due = nanos(t)
+	if h := v.heap; h != nil && h.order == ByTimeOrder {
+		h.Fix(v)
+	}
+}
+
+// DueAfter reports whether v's own retry time is after now: it must wait.
+func (v *Vertex) DueAfter(now time.Time) bool { return v.due != 0 && v.due > nanos(now) }
+
+// nanos is t in Unix nanoseconds, 0 for the zero time.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 // attempt is the report of a vertex's latest attempt.
@@ -126,16 +189,26 @@ func (v *Vertex) SetLastNotary(n report.Notary) {
 	v.last.notary = n
 }
 
-// New returns a vertex in no heap.
-func New(m *Message, clause int, channel, host string, rcpts []Rcpt) *Vertex {
-	sort.Slice(rcpts, func(i, j int) bool { return rcpts[i].Offset < rcpts[j].Offset })
-	return &Vertex{Msg: m, Clause: clause, Channel: channel, Host: host, Rcpts: rcpts, index: -1}
+// New returns a vertex of m for destination d, in no heap, with a copy of
+// rcpts sorted by offset.
+func New(m *Message, d *Dest, rcpts []Rcpt) *Vertex {
+	v := &Vertex{Msg: m, Dest: d, index: -1}
+	if len(rcpts) == 1 {
+		v.one[0] = rcpts[0]
+		v.Rcpts = v.one[:]
+		return v
+	}
+	v.Rcpts = slices.Clone(rcpts)
+	byOffset := func(a, b Rcpt) int { return cmp.Compare(a.Offset, b.Offset) }
+	if !slices.IsSortedFunc(v.Rcpts, byOffset) {
+		slices.SortFunc(v.Rcpts, byOffset)
+	}
+	return v
 }
 
 // Find returns the index of the pending recipient at offset.
 func (v *Vertex) Find(offset int64) (int, bool) {
-	i := sort.Search(len(v.Rcpts), func(i int) bool { return v.Rcpts[i].Offset >= offset })
-	return i, i < len(v.Rcpts) && v.Rcpts[i].Offset == offset
+	return slices.BinarySearchFunc(v.Rcpts, offset, func(r Rcpt, off int64) int { return cmp.Compare(r.Offset, off) })
 }
 
 // Drop removes recipient i from the vertex and the message's pending count.
@@ -172,13 +245,6 @@ func (v *Vertex) Unlink() {
 	}
 }
 
-// Heap is a binary min-heap of vertices; Less decides the order. The heap
-// keeps each vertex's index so Remove and Fix are O(log n).
-type Heap struct {
-	items []*Vertex
-	less  func(a, b *Vertex) bool
-}
-
 // ByRank orders vertices by feed rank, then by arrival, then by offset so
 // that equal ranks still give one deterministic order.
 func ByRank(a, b *Vertex) bool {
@@ -191,124 +257,10 @@ func ByRank(a, b *Vertex) bool {
 	return a.Rcpts[0].Offset < b.Rcpts[0].Offset
 }
 
-// ByTime orders vertices by their own retry time.
+// ByTime orders vertices by their own retry time (Due), then by rank.
 func ByTime(a, b *Vertex) bool {
-	if !a.NotBefore.Equal(b.NotBefore) {
-		return a.NotBefore.Before(b.NotBefore)
+	if a.due != b.due {
+		return a.due < b.due
 	}
 	return ByRank(a, b)
-}
-
-// NewHeap returns an empty heap ordered by less.
-func NewHeap(less func(a, b *Vertex) bool) Heap { return Heap{less: less} }
-
-// Len returns the number of vertices.
-func (h *Heap) Len() int { return len(h.items) }
-
-// Min returns the first vertex, or nil.
-func (h *Heap) Min() *Vertex {
-	if len(h.items) == 0 {
-		return nil
-	}
-	return h.items[0]
-}
-
-// Push adds v, which must be in no heap.
-func (h *Heap) Push(v *Vertex) {
-	if v.heap != nil {
-		panic("vertex: push of a vertex already in a heap")
-	}
-	v.index = int32(len(h.items))
-	v.heap = h
-	h.items = append(h.items, v)
-	h.up(int(v.index))
-}
-
-// Pop removes and returns the first vertex, or nil.
-func (h *Heap) Pop() *Vertex {
-	if len(h.items) == 0 {
-		return nil
-	}
-	v := h.items[0]
-	h.Remove(v)
-	return v
-}
-
-// Remove takes v out of h; v must be in h.
-func (h *Heap) Remove(v *Vertex) {
-	i := int(v.index)
-	if v.heap != h || i < 0 || i >= len(h.items) || h.items[i] != v {
-		panic("vertex: remove of a vertex not in this heap")
-	}
-	n := len(h.items) - 1
-	if i != n {
-		h.swap(i, n)
-	}
-	h.items[n] = nil
-	h.items = h.items[:n]
-	v.index = -1
-	v.heap = nil
-	if i != n {
-		if !h.down(i) {
-			h.up(i)
-		}
-	}
-}
-
-// Fix restores the order of whichever heap holds v after its Rank or
-// NotBefore changed; a vertex in no heap is left alone.
-func (v *Vertex) Fix() {
-	if v.heap != nil {
-		v.heap.Fix(v)
-	}
-}
-
-// Fix restores order after v's key changed.
-func (h *Heap) Fix(v *Vertex) {
-	if !h.down(int(v.index)) {
-		h.up(int(v.index))
-	}
-}
-
-// Each calls fn for every vertex in heap order's storage order (unordered).
-func (h *Heap) Each(fn func(*Vertex)) {
-	for _, v := range h.items {
-		fn(v)
-	}
-}
-
-func (h *Heap) swap(i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.items[i].index = int32(i)
-	h.items[j].index = int32(j)
-}
-
-func (h *Heap) up(j int) {
-	for j > 0 {
-		i := (j - 1) / 2
-		if !h.less(h.items[j], h.items[i]) {
-			break
-		}
-		h.swap(i, j)
-		j = i
-	}
-}
-
-func (h *Heap) down(i0 int) bool {
-	i, n := i0, len(h.items)
-	for {
-		j := 2*i + 1
-		if j >= n {
-			break
-		}
-		if r := j + 1; r < n && h.less(h.items[r], h.items[j]) {
-			j = r
-		}
-		if !h.less(h.items[j], h.items[i]) {
-			break
-		}
-		h.swap(i, j)
-		i = j
-	}
-	return i > i0
 }

@@ -39,7 +39,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	overfeed := fs.Int("overfeed", 8, "job lines outstanding per agent beyond one (overfeed)")
 	msgLimit := fs.Int("msglimit", 20000, "message_active_limit: messages in core")
 	rcptLimit := fs.Int("rcptlimit", 20000, "recipient_active_limit: recipients in core")
-	hash := fs.Int("hash", 0, "hash directory levels of the queue (0, 1 or 2)")
+	hash := fs.Int("hash", 2, "hash directory levels of the queue (0, 1 or 2); 2 keeps directories small, which makes unlink cheap")
+	nice := fs.Int("nice", 0, "niceness of the agents (the clause's nice): above 0 gives the scheduler, which every agent waits on, the larger share of a busy CPU")
 	logLevel := fs.String("log", "info", "scheduler log level (info logs every outcome, as in production)")
 	keep := fs.Bool("keep", false, "keep the postoffice and log")
 	generateOnly := fs.Bool("generate", false, "only generate the queue and its config, print where, and keep them")
@@ -82,7 +83,8 @@ maxring = %d
 maxthr = %d
 initial_concurrency = %d
 overfeed = %d
-`, po, *logLevel, *maxring+8, *msgLimit, *rcptLimit, agent, *maxring, *maxthr, min(5, *maxthr), *overfeed)
+nice = %d
+`, po, *logLevel, *maxring+8, *msgLimit, *rcptLimit, agent, *maxring, *maxthr, min(5, *maxthr), *overfeed, *nice)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
 	}

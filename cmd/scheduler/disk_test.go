@@ -5,31 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-)
 
-// tinyFS mounts a tmpfs of size bytes at a new directory and returns it;
-// it skips the test when it may not mount one.
-func tinyFS(t *testing.T, size int) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tiny tmpfs for ENOSPC")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0755", size), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v: %s)", err, bytes.TrimSpace(out))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
+	"zsched/internal/tinyfs"
+)
 
 // fill writes a file on dir's filesystem until it is full, and returns a
 // function that frees the space again.
@@ -58,7 +40,7 @@ func fill(t *testing.T, dir string) func() {
 // there is space the same enqueue works and the message is delivered, with
 // the message queued before the disk filled.
 func TestEnqueueOnFullDisk(t *testing.T) {
-	fs := tinyFS(t, 512<<10)
+	fs := tinyfs.Mount(t, 512<<10)
 	p := newPostoffice(t, "")
 	// The postoffice lives on the tiny filesystem.
 	b, _ := os.ReadFile(p.config)

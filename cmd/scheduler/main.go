@@ -132,7 +132,9 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, stderr)
+	logOut := newLogBuffer(stderr)
+	defer logOut.Flush()
+	log := newLogger(cfg, logOut)
 	if *pprofAddr != "" {
 		if _, _, err := servePprof(*pprofAddr, log); err != nil {
 			return err

@@ -32,16 +32,17 @@ func readMessage(dir string, d *ta.Delivery) (*message, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read control file: %w", err)
 	}
-	fi, err := d.Body.Stat()
+	body := d.Body()
+	fi, err := body.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("stat message file: %w", err)
 	}
-	m := &message{ctl: ctl, body: d.Body, bodyOff: d.File.BodyOffset}
+	m := &message{ctl: ctl, body: body, bodyOff: d.File.BodyOffset}
 	if m.bodyOff < 0 || m.bodyOff > fi.Size() {
 		return nil, fmt.Errorf("body offset %d outside the %d-byte message file", m.bodyOff, fi.Size())
 	}
 	m.bodyLen = fi.Size() - m.bodyOff
-	m.bodyLFs, m.bodyHigh, err = scan(io.NewSectionReader(d.Body, m.bodyOff, m.bodyLen))
+	m.bodyLFs, m.bodyHigh, err = scan(io.NewSectionReader(body, m.bodyOff, m.bodyLen))
 	if err != nil {
 		return nil, fmt.Errorf("read message file: %w", err)
 	}

@@ -1,0 +1,158 @@
+package daemon
+
+import (
+	"sync"
+
+	"zsched/ctlfile"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// remover unlinks the files of completed messages on goroutines of its
+// own. Two unlinks per message (control file and body) were the largest
+// single cost left on Run's goroutine, which every agent waits on; here
+// they overlap with the loop's work.
+//
+// A completed message's name stays in the intake's known set until its
+// files are gone, so that a scan in between cannot read the finished file
+// as a new arrival. Run's goroutine learns of removals through done.
+type remover struct {
+	spool *ctlfile.Spool
+	log   hclog.Logger
+
+	mu      sync.Mutex
+	queue   []removal // waiting for a worker
+	removed []string  // removed (or failed), not yet taken by Run
+	closed  bool
+
+	wake chan struct{} // work to take (capacity 1); closed by close
+	done chan struct{} // removals to take (capacity 1)
+	exit chan struct{} // closed when the goroutine has returned
+
+	pending int // handed over and not yet taken back; Run's goroutine only
+}
+
+type removal struct{ rel, id string }
+
+func newRemover(spool *ctlfile.Spool, log hclog.Logger) *remover {
+	r := &remover{
+		spool: spool,
+		log:   log,
+		wake:  make(chan struct{}, 1),
+		done:  make(chan struct{}, 1),
+		exit:  make(chan struct{}),
+	}
+	go r.run()
+	return r
+}
+
+// remove queues a completed message's files. Run's goroutine only.
+func (r *remover) remove(rel, id string) {
+	r.pending++
+	r.mu.Lock()
+	r.queue = append(r.queue, removal{rel, id})
+	poke(r.wake)
+	r.mu.Unlock()
+}
+
+// take returns the names removed since the last call. Run's goroutine only.
+func (r *remover) take() []string {
+	r.mu.Lock()
+	out := r.removed
+	r.removed = nil
+	r.mu.Unlock()
+	r.pending -= len(out)
+	return out
+}
+
+// idle reports whether every queued removal has been taken back.
+func (r *remover) idle() bool { return r.pending == 0 }
+
+// close stops the goroutines and waits for them. With all, every queued
+// removal is done first (a drain leaves an empty queue); otherwise what is
+// still queued stays on disk: the next start reads those files, finds
+// nothing pending and removes them then. A big backlog of unlinks must not
+// hold up a stop.
+func (r *remover) close(all bool) {
+	r.mu.Lock()
+	r.closed = true
+	left := 0
+	if !all {
+		left = len(r.queue)
+		r.queue = nil
+	}
+	close(r.wake) // under mu: no worker pokes it after this
+	r.mu.Unlock()
+	<-r.exit
+	if left > 0 {
+		r.log.Info("completed messages left for the next start to remove", "messages", left)
+	}
+}
+
+// removeWorkers is how many unlinks run at once. An unlink waits on the
+// filesystem's journal; several in flight (in different hash directories)
+// share its commits.
+const removeWorkers = 4
+
+func (r *remover) run() {
+	defer close(r.exit)
+	var wg sync.WaitGroup
+	for range removeWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.work()
+		}()
+	}
+	wg.Wait()
+}
+
+// work takes batches of removals until the remover is closed and its
+// queue empty.
+func (r *remover) work() {
+	for {
+		r.mu.Lock()
+		n := min(len(r.queue), removeBatch)
+		batch := append([]removal(nil), r.queue[:n]...)
+		r.queue = r.queue[n:]
+		if len(r.queue) == 0 {
+			r.queue = nil
+		}
+		closed := r.closed
+		r.mu.Unlock()
+		if n == 0 {
+			if closed {
+				return
+			}
+			<-r.wake // closed by close: closed is then already set
+			continue
+		}
+		names := make([]string, 0, len(batch))
+		for _, m := range batch {
+			if err := r.spool.Remove(m.rel, m.id); err != nil {
+				r.log.Error("cannot remove completed message", "msg", m.rel, "error", err)
+			} else {
+				r.log.Info("complete", "msg", m.rel)
+			}
+			names = append(names, m.rel)
+		}
+		r.mu.Lock()
+		r.removed = append(r.removed, names...)
+		if len(r.queue) > 0 && !r.closed {
+			poke(r.wake) // another worker may be asleep
+		}
+		r.mu.Unlock()
+		poke(r.done)
+	}
+}
+
+// removeBatch is how many removals a worker takes at once.
+const removeBatch = 64
+
+// poke signals c without blocking: one pending signal is enough.
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}

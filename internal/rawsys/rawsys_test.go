@@ -1,0 +1,107 @@
+package rawsys
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Open, Pwrite, Pread, Read and Close on a file, by a path short enough
+// for the stack copy and by one too long for it.
+func TestFileCalls(t *testing.T) {
+	dir := t.TempDir()
+	long := filepath.Join(dir, strings.Repeat("d", 200), strings.Repeat("f", 100))
+	if err := os.MkdirAll(filepath.Dir(long), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(dir, "short"), long} {
+		if err := os.WriteFile(p, []byte("r           smtp\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fd, err := OpenCwd(p, unix.O_RDWR)
+		if err != nil {
+			t.Fatalf("open %d-byte path: %v", len(p), err)
+		}
+		if n, err := Pwrite(fd, []byte("~  4242"), 1); n != 7 || err != nil {
+			t.Errorf("pwrite = %d, %v", n, err)
+		}
+		b := make([]byte, 7)
+		if n, err := Pread(fd, b, 1); n != 7 || err != nil || string(b) != "~  4242" {
+			t.Errorf("pread = %d, %v, %q", n, err, b)
+		}
+		all := make([]byte, 64)
+		if n, err := Read(fd, all); err != nil || string(all[:n]) != "r~  4242    smtp\n" {
+			t.Errorf("read = %q, %v", all[:n], err)
+		}
+		if err := Close(fd); err != nil {
+			t.Error(err)
+		}
+		if err := Close(fd); err != unix.EBADF {
+			t.Errorf("second close: %v, want EBADF", err)
+		}
+	}
+}
+
+// Errors are *fs.PathError, as os.OpenFile's, relative to a directory
+// descriptor too.
+func TestOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	_, err := OpenCwd(filepath.Join(dir, "missing"), unix.O_RDONLY)
+	var pe *fs.PathError
+	if !errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe) || pe.Op != "open" {
+		t.Errorf("missing file: %v", err)
+	}
+	if _, err := OpenCwd("a\x00b", unix.O_RDONLY); err == nil {
+		t.Error("a path with a NUL opened")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dfd, err := OpenCwd(dir, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(dfd)
+	fd, err := Open(dfd, "f", unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Close(fd)
+}
+
+// Recv and Send do not block on a blocking socket: EAGAIN.
+func TestSocketCallsDoNotBlock(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	b := make([]byte, 16)
+	if _, err := Recv(fds[0], b); err != unix.EAGAIN {
+		t.Errorf("recv on an empty socket: %v, want EAGAIN", err)
+	}
+	if n, err := Send(fds[1], []byte("#hungry\n")); n != 8 || err != nil {
+		t.Errorf("send = %d, %v", n, err)
+	}
+	if n, err := Recv(fds[0], b); err != nil || string(b[:n]) != "#hungry\n" {
+		t.Errorf("recv = %q, %v", b[:n], err)
+	}
+	for {
+		_, err := Send(fds[1], make([]byte, 65536))
+		if err == unix.EAGAIN {
+			break
+		}
+		if err != nil {
+			t.Fatalf("send to a filling socket: %v", err)
+		}
+	}
+	if n, err := Write(fds[1], []byte{}); n != 0 || err != nil {
+		t.Errorf("empty write = %d, %v", n, err)
+	}
+}

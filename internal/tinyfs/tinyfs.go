@@ -1,0 +1,34 @@
+// Package tinyfs gives tests a real filesystem that runs out of space: a
+// tmpfs of a few pages, mounted for one test. Disk faults (ENOSPC on an
+// append, a DSN, a state file) are tested on it rather than with injected
+// errors alone, because a full filesystem also does what no injected error
+// does (a short write that stops at a page boundary).
+package tinyfs
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// Mount mounts a tmpfs of size bytes at a new directory and returns it,
+// unmounting it when the test ends. It skips the test when it may not
+// mount one (not root, or no mount permission in this container).
+func Mount(t testing.TB, size int) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tiny tmpfs for ENOSPC")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0755", size), "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs (%v: %s)", err, bytes.TrimSpace(out))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
