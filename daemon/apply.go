@@ -3,9 +3,11 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/user"
+	"slices"
 	"strconv"
 	"time"
 
@@ -248,6 +250,22 @@ func (d *Daemon) writeUnwritten(path string) bool {
 	}
 	delete(d.unwritten, path)
 	return d.appendOrKeep(path, ds)
+}
+
+// lastUnwritten tries the kept d lines once more as the scheduler stops,
+// and logs each one it still cannot write: they live only in memory, so
+// after this their recipients are missing from the message's DSN unless an
+// operator sends it (the log line has what the d line held).
+func (d *Daemon) lastUnwritten() {
+	for _, path := range slices.Collect(maps.Keys(d.unwritten)) {
+		d.writeUnwritten(path)
+	}
+	for path, ds := range d.unwritten {
+		for _, dg := range ds {
+			d.log.Error("d line lost at stop: its recipient is missing from the delivery status notification",
+				"msg", path, "rcpt", dg.RcptOffset, "notary", dg.Notary, "text", dg.Text)
+		}
+	}
 }
 
 // logOutcome writes the per-recipient line operators grep, with fixed keys.

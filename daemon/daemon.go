@@ -288,6 +288,7 @@ func (d *Daemon) close() {
 
 // shutdown ends every agent and waits for them within ShutdownTimeout.
 func (d *Daemon) shutdown() error {
+	defer d.lastUnwritten() // after the agents' last reports
 	d.stopped = true
 	d.core.Quiesce()
 	d.stopControl()

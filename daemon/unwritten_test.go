@@ -1,10 +1,14 @@
 package daemon
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/hashicorp/go-hclog"
 
 	"zsched/core"
 	"zsched/ctlfile"
@@ -66,5 +70,52 @@ func TestUnwrittenDiagIsRetriedBeforeCompletion(t *testing.T) {
 	}
 	if _, ok := d.unwritten[rel]; ok {
 		t.Fatal("the retried d lines are still kept")
+	}
+}
+
+// TestUnwrittenDiagAtStop: at a stop the kept d lines get one more try;
+// one that still fails is logged with what it held (they live in memory
+// only), and one that now succeeds lands in the file and is not logged.
+func TestUnwrittenDiagAtStop(t *testing.T) {
+	var logged bytes.Buffer
+	d := completionDaemon(t)
+	d.log = hclog.New(&hclog.LoggerOptions{Output: &logged, Level: hclog.Error})
+	var rels []string
+	for _, user := range []string{"a@dest.test", "b@dest.test"} {
+		rel, err := d.spool.Enqueue(&ctlfile.Message{
+			Rcpts:  []ctlfile.Address{{Channel: "smtp", Host: "dest.test", User: user}},
+			Header: []byte(origHeader),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rels = append(rels, rel)
+		f, err := d.spool.Read(rel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.appendDiags = func(string, []ctlfile.Diag) error { return fmt.Errorf("write: %w", syscall.ENOSPC) }
+		d.diags([]core.Diag{{Path: rel, Inum: f.Inum, Offset: f.Rcpts[0].Offset,
+			Notary: report.Notary{Recipient: user, Action: "failed", Status: "5.1.1"}, Text: "550 no such user " + user}})
+	}
+	// The disk has room again for the first file only.
+	d.appendDiags = func(rel string, ds []ctlfile.Diag) error {
+		if rel == rels[0] {
+			return d.spool.AppendDiags(rel, ds)
+		}
+		return fmt.Errorf("write: %w", syscall.EIO)
+	}
+	d.lastUnwritten()
+	f, err := d.spool.Read(rels[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Diags) != 1 {
+		t.Errorf("%s has %d d lines after the stop, want the kept one", rels[0], len(f.Diags))
+	}
+	out := logged.String()
+	if strings.Contains(out, "no such user a@dest.test") || !strings.Contains(out, "no such user b@dest.test") ||
+		!strings.Contains(out, "d line lost at stop") {
+		t.Errorf("log at stop:\n%s\nwant only b's d line reported lost", out)
 	}
 }
