@@ -57,6 +57,12 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 		if agent, err = findSink(); err != nil {
 			return err
 		}
+	} else if strings.ContainsRune(agent, '/') {
+		// The scheduler starts agents in postoffice/transport.
+		var err error
+		if agent, err = filepath.Abs(agent); err != nil {
+			return err
+		}
 	}
 	dir, err := os.MkdirTemp("", "zsched-bench-")
 	if err != nil {

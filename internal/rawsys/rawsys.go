@@ -69,56 +69,29 @@ func Close(fd int) error {
 }
 
 // Read is read(2), retried on EINTR.
-func Read(fd int, b []byte) (int, error) {
-	for {
-		r, _, e := syscall.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
-		switch e {
-		case 0:
-			return int(r), nil
-		case unix.EINTR:
-			continue
-		}
-		return 0, e
-	}
-}
+func Read(fd int, b []byte) (int, error) { return bufCall(unix.SYS_READ, fd, b, 0) }
 
 // Write is write(2), retried on EINTR.
-func Write(fd int, b []byte) (int, error) {
-	for {
-		r, _, e := syscall.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
-		switch e {
-		case 0:
-			return int(r), nil
-		case unix.EINTR:
-			continue
-		}
-		return 0, e
-	}
-}
+func Write(fd int, b []byte) (int, error) { return bufCall(unix.SYS_WRITE, fd, b, 0) }
 
 // Recv is recv(2) with MSG_DONTWAIT, retried on EINTR: a non-blocking read
 // of a socket whose descriptor may be in blocking mode.
 func Recv(fd int, b []byte) (int, error) {
-	for {
-		r, _, e := syscall.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)),
-			unix.MSG_DONTWAIT, 0, 0)
-		switch e {
-		case 0:
-			return int(r), nil
-		case unix.EINTR:
-			continue
-		}
-		return 0, e
-	}
+	return bufCall(unix.SYS_RECVFROM, fd, b, unix.MSG_DONTWAIT)
 }
 
 // Send is send(2) with MSG_DONTWAIT and MSG_NOSIGNAL, retried on EINTR: a
 // non-blocking write of a socket whose descriptor may be in blocking mode.
 // A closed peer is EPIPE, without SIGPIPE.
 func Send(fd int, b []byte) (int, error) {
+	return bufCall(unix.SYS_SENDTO, fd, b, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+}
+
+// bufCall makes the raw call trap(fd, b, len(b), arg4, 0, 0) — the shape of
+// read, write, pread, pwrite, recvfrom and sendto — retried on EINTR.
+func bufCall(trap uintptr, fd int, b []byte, arg4 uintptr) (int, error) {
 	for {
-		r, _, e := syscall.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)),
-			unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
+		r, _, e := syscall.RawSyscall6(trap, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), arg4, 0, 0)
 		switch e {
 		case 0:
 			return int(r), nil
