@@ -271,3 +271,14 @@ func (f *File) RcptAt(offset int64) (int, bool) {
 func (f *File) IsBounce() bool {
 	return len(f.Senders) > 0 && f.Senders[0].Channel == "error"
 }
+
+// settled reports whether no recipient is pending or locked: the message
+// needs no further delivery.
+func (f *File) settled() bool {
+	for i := range f.Rcpts {
+		if st := f.Rcpts[i].Status; st == Pending || st == Locked {
+			return false
+		}
+	}
+	return true
+}

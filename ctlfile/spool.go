@@ -156,13 +156,16 @@ func (s *Spool) read(rel string, shared bool) (*File, error) {
 	}
 	if f.ID != "" {
 		mtime, err := modTime(s.bodyPath(rel, f.ID))
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("%w: queue/%s for %s", ErrBodyMissing, path.Join(path.Dir(rel), f.ID), rel)
-			}
+		switch {
+		case err == nil:
+			f.Arrival = mtime
+		case errors.Is(err, fs.ErrNotExist) && f.settled():
+			// Remove was interrupted after the body: nothing needs it.
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("%w: queue/%s for %s", ErrBodyMissing, path.Join(path.Dir(rel), f.ID), rel)
+		default:
 			return nil, fmt.Errorf("ctlfile: read %s: %w", rel, err)
 		}
-		f.Arrival = mtime
 	}
 	var stale []int
 	for i := range f.Rcpts {
@@ -321,24 +324,25 @@ func (s *Spool) Quarantine(rel string, why error) error {
 	return syncDirs(s.BadDir(), filepath.Dir(src))
 }
 
-// Remove unlinks the control file, then the body (queue/<dir of rel>/<id>);
-// missing files are not errors. That order never leaves a control file
-// without its body.
+// Remove unlinks the body (queue/<dir of rel>/<id>), then the control
+// file; missing files are not errors. A crash in between leaves a control
+// file whose recipients are all settled and whose body is gone, which Read
+// returns as such (with a zero Arrival) for the scheduler to complete
+// again; the other order would leave a body that nothing ever removes.
 func (s *Spool) Remove(rel string, id string) error {
 	if err := checkRel(rel); err != nil {
 		return err
 	}
+	if id != "" {
+		if err := checkID(id); err != nil {
+			return err
+		}
+		if err := os.Remove(s.bodyPath(rel, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("ctlfile: remove body of %s: %w", rel, err)
+		}
+	}
 	if err := os.Remove(s.ctlPath(rel)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("ctlfile: remove %s: %w", rel, err)
-	}
-	if id == "" {
-		return nil
-	}
-	if err := checkID(id); err != nil {
-		return err
-	}
-	if err := os.Remove(s.bodyPath(rel, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("ctlfile: remove body of %s: %w", rel, err)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package ctlfile_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -50,5 +51,57 @@ func TestSweepTempRemovesOnlyOldDebris(t *testing.T) {
 	}
 	if _, err := s.Read(rel); err != nil {
 		t.Errorf("the queued message after the sweep: %v", err)
+	}
+}
+
+// TestReadAfterInterruptedRemove: Remove unlinks the body first, so a crash
+// in between leaves a control file without its body. Read returns such a
+// file when every recipient is settled (for the scheduler to complete it
+// again), and still reports ErrBodyMissing when one is pending.
+func TestReadAfterInterruptedRemove(t *testing.T) {
+	s := &ctlfile.Spool{Root: t.TempDir(), Hash: 1, NoSync: true}
+	if err := s.Init(); err != nil {
+		t.Fatal(err)
+	}
+	for _, settled := range []bool{true, false} {
+		rel, err := s.Enqueue(&ctlfile.Message{Rcpts: []ctlfile.Address{
+			{Channel: "smtp", Host: "a.test", User: "u@a.test"},
+			{Channel: "smtp", Host: "b.test", User: "v@b.test"},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := ctlfile.Open(filepath.Join(s.TransportDir(), rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := h.File.ID
+		if err := h.Mark(0, ctlfile.Done); err != nil {
+			t.Fatal(err)
+		}
+		if settled {
+			if err := h.Mark(1, ctlfile.Failed); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.Close()
+		if err := os.Remove(filepath.Join(s.QueueDir(), ctlfile.QueuePath(rel, id))); err != nil {
+			t.Fatal(err)
+		}
+		f, err := s.Read(rel)
+		switch {
+		case settled && err != nil:
+			t.Errorf("settled message without its body: %v, want it read", err)
+		case settled && !f.Arrival.IsZero():
+			t.Errorf("arrival %v without a body", f.Arrival)
+		case !settled && !errors.Is(err, ctlfile.ErrBodyMissing):
+			t.Errorf("pending message without its body: %v, want ErrBodyMissing", err)
+		}
+		if err := s.Remove(rel, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Read(rel); !errors.Is(err, ctlfile.ErrNotFound) {
+			t.Errorf("after Remove: %v, want ErrNotFound", err)
+		}
 	}
 }
