@@ -100,24 +100,7 @@ func mustRead(t *testing.T, path string) []byte {
 // not say a report is owed.
 func TestUnwrittenDiagRetriedByScan(t *testing.T) {
 	d := completionDaemon(t)
-	rel, err := d.spool.Enqueue(&ctlfile.Message{
-		Sender: "someone@sender.test",
-		Rcpts:  []ctlfile.Address{{Channel: "smtp", Host: "dest.test", User: "a@dest.test", Notify: "SUCCESS"}},
-		Header: []byte(origHeader),
-		Body:   []byte("the body\n"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := ctlfile.Open(filepath.Join(d.spool.TransportDir(), rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := h.File
-	if err := h.Mark(0, ctlfile.Done); err != nil {
-		t.Fatal(err)
-	}
-	h.Close()
+	rel, f := queueMarked(t, d, "SUCCESS", ctlfile.Done)
 	d.appendDiags = func(string, []ctlfile.Diag) error { return fmt.Errorf("write: %w", syscall.ENOSPC) }
 	d.diags([]core.Diag{{Path: rel, Inum: f.Inum, Offset: f.Rcpts[0].Offset,
 		Notary: report.Notary{Recipient: "a@dest.test", Action: "delivered", Status: "2.0.0", Diagnostic: "smtp; 250 ok"},

@@ -15,15 +15,13 @@ import (
 	"zsched/report"
 )
 
-// TestUnwrittenDiagIsRetriedBeforeCompletion: the scheduler's own d line
-// (for an agent's plain `error`) fails to append; the message must not
-// complete without it, and once the disk recovers its DSN names the
-// recipient.
-func TestUnwrittenDiagIsRetriedBeforeCompletion(t *testing.T) {
-	d := completionDaemon(t)
+// queueMarked queues a message to a@dest.test (with notify) whose one
+// recipient an agent has marked final with mark.
+func queueMarked(t *testing.T, d *Daemon, notify string, mark ctlfile.Status) (string, *ctlfile.File) {
+	t.Helper()
 	rel, err := d.spool.Enqueue(&ctlfile.Message{
 		Sender: "someone@sender.test",
-		Rcpts:  []ctlfile.Address{{Channel: "smtp", Host: "dest.test", User: "a@dest.test"}},
+		Rcpts:  []ctlfile.Address{{Channel: "smtp", Host: "dest.test", User: "a@dest.test", Notify: notify}},
 		Header: []byte(origHeader),
 		Body:   []byte("the body\n"),
 	})
@@ -34,12 +32,21 @@ func TestUnwrittenDiagIsRetriedBeforeCompletion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := h.File
-	// The agent reported `error` and marked the line: the d line is ours.
-	if err := h.Mark(0, ctlfile.Failed); err != nil {
+	defer h.Close()
+	if err := h.Mark(0, mark); err != nil {
 		t.Fatal(err)
 	}
-	h.Close()
+	return rel, h.File
+}
+
+// TestUnwrittenDiagIsRetriedBeforeCompletion: the scheduler's own d line
+// (for an agent's plain `error`) fails to append; the message must not
+// complete without it, and once the disk recovers its DSN names the
+// recipient.
+func TestUnwrittenDiagIsRetriedBeforeCompletion(t *testing.T) {
+	d := completionDaemon(t)
+	// The agent reported `error` and marked the line: the d line is ours.
+	rel, f := queueMarked(t, d, "", ctlfile.Failed)
 	full := fmt.Errorf("write: %w", syscall.ENOSPC)
 	d.appendDiags = func(string, []ctlfile.Diag) error { return full }
 	d.diags([]core.Diag{{Path: rel, Inum: f.Inum, Offset: f.Rcpts[0].Offset,
