@@ -33,7 +33,11 @@ import (
 type Handle struct {
 	File *File
 
-	path string
+	// path is what Path returns; OpenAt leaves it to be joined from dir
+	// and name on first use, an allocation per job saved for an agent
+	// that never needs it.
+	path      string
+	dir, name string
 	// fd is the read-write descriptor for pread/pwrite of status bytes, -1
 	// once closed. A raw descriptor, not an *os.File: an agent opens a
 	// control file per job, and os.OpenFile's poller registration and
@@ -50,45 +54,78 @@ var readBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b
 // Errors: ErrNotFound (also matching fs.ErrNotExist), ErrUnknownFormat when
 // the '@' flags are unknown, and the rest of Parse's.
 func Open(path string) (*Handle, error) {
-	fd, err := rawsys.OpenCwd(path, unix.O_RDWR)
+	h := &Handle{path: path, fd: -1}
+	if err := h.open(unix.AT_FDCWD, path); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// OpenAt is Open of the control file name in the directory dir, open at
+// dirfd (unix.AT_FDCWD for the working directory when dir is ""): the
+// system call walks name alone, while Path and the errors give
+// filepath.Join(dir, name), as Open(filepath.Join(dir, name)) would. name
+// must be a local path (filepath.IsLocal) for the two to be the same
+// file.
+func OpenAt(dirfd int, dir, name string) (*Handle, error) {
+	h := &Handle{dir: dir, name: name, fd: -1}
+	if err := h.open(dirfd, name); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// open opens name relative to dirfd into h.
+func (h *Handle) open(dirfd int, name string) error {
+	fd, err := rawsys.Open(dirfd, name, unix.O_RDWR)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %w", ErrNotFound, err)
+		if pe, ok := err.(*fs.PathError); ok {
+			pe.Path = h.Path()
 		}
-		return nil, fmt.Errorf("ctlfile: %w", err)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: %w", ErrNotFound, err)
+		}
+		return fmt.Errorf("ctlfile: %w", err)
 	}
 	bp := readBufs.Get().(*[]byte)
 	data, err := readRaw(fd, (*bp)[:0])
 	if err != nil {
 		readBufs.Put(bp)
 		rawsys.Close(fd)
-		return nil, fmt.Errorf("ctlfile: read %s: %w", path, err)
+		return fmt.Errorf("ctlfile: read %s: %w", h.Path(), err)
 	}
-	cf, err := Parse(filepath.Base(path), data)
+	cf, err := Parse(filepath.Base(name), data)
 	if cap(data) <= 64<<10 {
 		*bp = data[:0]
 		readBufs.Put(bp)
 	}
 	if err != nil {
 		rawsys.Close(fd)
-		return nil, fmt.Errorf("%w (file %s)", err, path)
+		return fmt.Errorf("%w (file %s)", err, h.Path())
 	}
-	return &Handle{File: cf, path: path, fd: fd}, nil
+	h.File, h.fd = cf, fd
+	return nil
 }
 
-// Path is the path the Handle was opened with.
-func (h *Handle) Path() string { return h.path }
+// Path is the path the Handle was opened with (for OpenAt, dir and name
+// joined).
+func (h *Handle) Path() string {
+	if h.path == "" {
+		h.path = filepath.Join(h.dir, h.name)
+	}
+	return h.path
+}
 
 // BodyPath is the message body belonging to this control file
 // (see QueuePath).
-func (h *Handle) BodyPath() string { return QueuePath(h.path, h.File.ID) }
+func (h *Handle) BodyPath() string { return QueuePath(h.Path(), h.File.ID) }
 
 func (h *Handle) rcpt(i int) (*Rcpt, error) {
 	if h.fd < 0 {
-		return nil, fmt.Errorf("ctlfile: %s: handle closed", h.path)
+		return nil, fmt.Errorf("ctlfile: %s: handle closed", h.Path())
 	}
 	if i < 0 || i >= len(h.File.Rcpts) {
-		return nil, fmt.Errorf("ctlfile: %s: no recipient %d", h.path, i)
+		return nil, fmt.Errorf("ctlfile: %s: no recipient %d", h.Path(), i)
 	}
 	return &h.File.Rcpts[i], nil
 }
@@ -120,17 +157,18 @@ func (h *Handle) lock(i int, pid int, reread bool) (bool, error) {
 		return false, err
 	}
 	if pid <= 0 {
-		return false, fmt.Errorf("ctlfile: %s: lock with pid %d", h.path, pid)
+		return false, fmt.Errorf("ctlfile: %s: lock with pid %d", h.Path(), pid)
 	}
-	lock := lockBytes(h.File.Format, pid)
+	var buf [32]byte
+	lock := appendLock(buf[:0], h.File.Format, pid)
 	if h.File.Format&FlagPID != 0 && len(lock) > 1+pidCols &&
 		(h.File.Format&FlagDelay == 0 || len(lock) > 1+pidCols+delayCols) {
-		return false, fmt.Errorf("ctlfile: %s: pid %d does not fit the PID field", h.path, pid)
+		return false, fmt.Errorf("ctlfile: %s: pid %d does not fit the PID field", h.Path(), pid)
 	}
 	cur := [1]byte{byte(r.Status)}
 	if reread {
 		if err := preadFull(h.fd, cur[:], r.Offset+1); err != nil {
-			return false, fmt.Errorf("ctlfile: %s: lock offset %d: %w", h.path, r.Offset, err)
+			return false, fmt.Errorf("ctlfile: %s: lock offset %d: %w", h.Path(), r.Offset, err)
 		}
 	}
 	if Status(cur[0]) != Pending {
@@ -140,7 +178,7 @@ func (h *Handle) lock(i int, pid int, reread bool) (bool, error) {
 		return false, nil
 	}
 	if err := pwriteFull(h.fd, lock, r.Offset+1); err != nil {
-		return false, fmt.Errorf("ctlfile: %s: lock offset %d: %w", h.path, r.Offset, err)
+		return false, fmt.Errorf("ctlfile: %s: lock offset %d: %w", h.Path(), r.Offset, err)
 	}
 	r.Status, r.PID = Locked, pid
 	return true, nil
@@ -154,10 +192,12 @@ func (h *Handle) Mark(i int, st Status) error {
 		return err
 	}
 	if st != Pending && st != Done && st != Failed {
-		return fmt.Errorf("ctlfile: %s: cannot mark %v", h.path, st)
+		return fmt.Errorf("ctlfile: %s: cannot mark %v", h.Path(), st)
 	}
-	if err := pwriteFull(h.fd, statusBytes(st, markWidth(h.File.Format, r.PID)), r.Offset+1); err != nil {
-		return fmt.Errorf("ctlfile: %s: mark offset %d: %w", h.path, r.Offset, err)
+	var buf [32]byte
+	mark := appendMark(buf[:0], st, h.File.Format, r.PID)
+	if err := pwriteFull(h.fd, mark, r.Offset+1); err != nil {
+		return fmt.Errorf("ctlfile: %s: mark offset %d: %w", h.Path(), r.Offset, err)
 	}
 	r.Status, r.PID = st, 0
 	return nil
@@ -168,27 +208,27 @@ func (h *Handle) Mark(i int, st Status) error {
 // File.Diags.
 func (h *Handle) AppendDiag(d Diag) error {
 	if h.fd < 0 {
-		return fmt.Errorf("ctlfile: %s: handle closed", h.path)
+		return fmt.Errorf("ctlfile: %s: handle closed", h.Path())
 	}
 	if h.app == nil {
-		app, err := os.OpenFile(h.path, os.O_WRONLY|os.O_APPEND, 0)
+		app, err := os.OpenFile(h.Path(), os.O_WRONLY|os.O_APPEND, 0)
 		if err != nil {
-			return fmt.Errorf("ctlfile: append to %s: %w", h.path, err)
+			return fmt.Errorf("ctlfile: append to %s: %w", h.Path(), err)
 		}
 		h.app = app
 	}
 	line := FormatDiag(d)
 	if _, err := writeOnce(h.app, line); err != nil {
-		return fmt.Errorf("ctlfile: append to %s: %w", h.path, err)
+		return fmt.Errorf("ctlfile: append to %s: %w", h.Path(), err)
 	}
 	if err := h.app.Sync(); err != nil {
-		return fmt.Errorf("ctlfile: append to %s: %w", h.path, err)
+		return fmt.Errorf("ctlfile: append to %s: %w", h.Path(), err)
 	}
 	// O_APPEND leaves the descriptor's offset just after this write, wherever
 	// other writers' lines went.
 	end, err := h.app.Seek(0, io.SeekCurrent)
 	if err != nil {
-		return fmt.Errorf("ctlfile: append to %s: %w", h.path, err)
+		return fmt.Errorf("ctlfile: append to %s: %w", h.Path(), err)
 	}
 	d.Offset = end - int64(len(line))
 	if d.Status == 0 {
@@ -201,10 +241,10 @@ func (h *Handle) AppendDiag(d Diag) error {
 // Sync flushes status marks to disk.
 func (h *Handle) Sync() error {
 	if h.fd < 0 {
-		return fmt.Errorf("ctlfile: %s: handle closed", h.path)
+		return fmt.Errorf("ctlfile: %s: handle closed", h.Path())
 	}
 	if err := ignoringEINTR(func() error { return unix.Fsync(h.fd) }); err != nil {
-		return fmt.Errorf("ctlfile: sync %s: %w", h.path, err)
+		return fmt.Errorf("ctlfile: sync %s: %w", h.Path(), err)
 	}
 	return nil
 }
@@ -219,14 +259,73 @@ func (h *Handle) Close() error {
 	}
 	if h.fd >= 0 {
 		if cerr := rawsys.Close(h.fd); err == nil && cerr != nil {
-			err = &fs.PathError{Op: "close", Path: h.path, Err: cerr}
+			err = &fs.PathError{Op: "close", Path: h.Path(), Err: cerr}
 		}
 		h.fd = -1
 	}
 	if err != nil {
-		return fmt.Errorf("ctlfile: close %s: %w", h.path, err)
+		return fmt.Errorf("ctlfile: close %s: %w", h.Path(), err)
 	}
 	return nil
+}
+
+// Release closes the Handle like Close but leaves its read-write
+// descriptor open and returns it (-1 if the Handle was closed already):
+// the caller closes it, as an agent does that closes the descriptors of
+// several jobs with one system call (rawsys.CloseRange). The error is
+// Close's for the O_APPEND descriptor of AppendDiag.
+func (h *Handle) Release() (fd int, err error) {
+	fd, h.fd = h.fd, -1
+	if h.app != nil {
+		err = h.app.Close()
+		h.app = nil
+	}
+	if err != nil {
+		return fd, fmt.Errorf("ctlfile: close %s: %w", h.Path(), err)
+	}
+	return fd, nil
+}
+
+// appendLock appends lockBytes(format, pid) to b. An agent locks and
+// marks on every job: these two build the bytes on the caller's stack.
+func appendLock(b []byte, format uint32, pid int) []byte {
+	b = append(b, byte(Locked))
+	if format&FlagPID == 0 {
+		return b
+	}
+	for i := decimalWidth(pid); i < pidCols; i++ {
+		b = append(b, ' ')
+	}
+	return strconv.AppendInt(b, int64(pid), 10)
+}
+
+// appendMark appends statusBytes(st, markWidth(format, pid)) to b.
+func appendMark(b []byte, st Status, format uint32, pid int) []byte {
+	b = append(b, byte(st))
+	if format&FlagPID == 0 {
+		return b
+	}
+	w := pidCols
+	if n := decimalWidth(pid); pid > 0 && n > w {
+		w = n
+	}
+	for range w {
+		b = append(b, ' ')
+	}
+	return b
+}
+
+// decimalWidth is len(strconv.Itoa(n)).
+func decimalWidth(n int) int {
+	w := 1
+	if n < 0 {
+		w++
+	}
+	for n >= 10 || n <= -10 {
+		n /= 10
+		w++
+	}
+	return w
 }
 
 // FormatDiag formats a d line as ZMailer's agents write it:

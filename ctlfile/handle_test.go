@@ -7,8 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+
+	"zsched/internal/rawsys"
+
+	"golang.org/x/sys/unix"
 )
 
 func writeFile(t *testing.T, dir, name string, data []byte) string {
@@ -337,6 +342,98 @@ func TestAppendDiagOffsetWithOtherWriters(t *testing.T) {
 		want := f.Diags[2*i]
 		if di.Offset != want.Offset || di.Text != want.Text {
 			t.Errorf("handle's diag %d at %d %q, file has %d %q", i, di.Offset, di.Text, want.Offset, want.Text)
+		}
+	}
+}
+
+// OpenAt opens relative to a directory descriptor and names the file, in
+// Path and in its errors, as Open of the joined path does.
+func TestOpenAt(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "A/B/10002561", observedFiles[0].beforeBytes())
+	dfd, err := rawsys.OpenCwd(dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rawsys.Close(dfd)
+	h, err := OpenAt(dfd, dir, "A/B/10002561")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	joined := filepath.Join(dir, "A/B/10002561")
+	if h.Path() != joined || h.File.Name != "10002561" || h.File.ID != "10002561" {
+		t.Errorf("Path %q, Name %q, ID %q", h.Path(), h.File.Name, h.File.ID)
+	}
+	if ok, err := h.LockAsRead(0, 4242); !ok || err != nil {
+		t.Fatalf("LockAsRead = %v, %v", ok, err)
+	}
+	if got := string(readFile(t, joined)[121:129]); got != "r~  4242" {
+		t.Errorf("lock reads %q", got)
+	}
+
+	_, err = OpenAt(dfd, dir, "A/B/1")
+	_, want := Open(filepath.Join(dir, "A/B/1"))
+	if !errors.Is(err, ErrNotFound) || err.Error() != want.Error() {
+		t.Errorf("OpenAt(missing) = %v, want %v", err, want)
+	}
+	if _, err := OpenAt(unix.AT_FDCWD, "", joined); err != nil {
+		t.Errorf("OpenAt(AT_FDCWD, an absolute path) = %v", err)
+	}
+}
+
+// Release closes all but the status descriptor, which it hands over.
+func TestRelease(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "10002561", observedFiles[0].beforeBytes())
+	h, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.AppendDiag(Diag{RcptOffset: 121, HeaderOffset: -1, NOffset: -1, Time: 1}); err != nil {
+		t.Fatal(err)
+	}
+	app := int(h.app.Fd())
+	fd, err := h.Release()
+	if err != nil || fd < 0 {
+		t.Fatalf("Release = %d, %v", fd, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Errorf("released descriptor: %v", err)
+	}
+	if err := unix.Fstat(app, &st); err != unix.EBADF {
+		t.Errorf("append descriptor after Release: %v, want EBADF", err)
+	}
+	rawsys.Close(fd)
+	if err := h.Mark(0, Done); err == nil {
+		t.Error("Mark after Release succeeded")
+	}
+	if fd, err := h.Release(); fd != -1 || err != nil {
+		t.Errorf("second Release = %d, %v", fd, err)
+	}
+	if err := h.Close(); err != nil {
+		t.Errorf("Close after Release: %v", err)
+	}
+}
+
+// The stack-built lock and mark bytes are the spool's.
+func TestAppendLockAndMark(t *testing.T) {
+	for _, format := range []uint32{0, FlagPID, FlagPID | FlagDelay, FlagDelay} {
+		for _, pid := range []int{0, 1, 9, 10, 99, 100, 4242, 999999, 1000000, 4194303, 123456789} {
+			if got, want := appendLock(nil, format, pid), lockBytes(format, pid); !bytes.Equal(got, want) {
+				t.Errorf("appendLock(%#x, %d) = %q, want %q", format, pid, got, want)
+			}
+			for _, st := range []Status{Pending, Done, Failed} {
+				got, want := appendMark(nil, st, format, pid), statusBytes(st, markWidth(format, pid))
+				if !bytes.Equal(got, want) {
+					t.Errorf("appendMark(%q, %#x, %d) = %q, want %q", st, format, pid, got, want)
+				}
+			}
+		}
+	}
+	for _, n := range []int{0, 7, -7, 10, -10, 99, 100, 123456789, -123456789} {
+		if got, want := decimalWidth(n), len(strconv.Itoa(n)); got != want {
+			t.Errorf("decimalWidth(%d) = %d, want %d", n, got, want)
 		}
 	}
 }

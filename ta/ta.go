@@ -35,6 +35,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -109,12 +110,16 @@ type Delivery struct {
 	Host  string // the destination: from the job line, else Agent.Host
 	Rcpts []int  // indexes into File.Rcpts of the locked recipients, in file order
 
-	s        *session
-	h        *ctlfile.Handle
-	state    []rcptState // by index into File.Rcpts
-	bodyFD   int         // the message file, open for reading; -1 once closed
-	bodyName string
-	body     *os.File // bodyFD as an *os.File, once Body made it
+	s      *session
+	h      *ctlfile.Handle
+	state  []rcptState // by index into File.Rcpts
+	bodyFD int         // the message file, open for reading; -1 once closed
+	body   *os.File    // bodyFD as an *os.File, once Body made it
+
+	// Room for state and Rcpts of a job of few recipients, the common
+	// case: one allocation a job rather than three.
+	stateBuf [16]rcptState
+	rcptsBuf [4]int
 }
 
 type rcptState uint8
@@ -136,20 +141,9 @@ func (d *Delivery) Rcpt(i int) *ctlfile.Rcpt { return &d.File.Rcpts[i] }
 // message pays only the open and the close.
 func (d *Delivery) Body() *os.File {
 	if d.body == nil && d.bodyFD >= 0 {
-		d.body = os.NewFile(uintptr(d.bodyFD), d.bodyName)
+		d.body = os.NewFile(uintptr(d.bodyFD), d.s.bodyPath(d.Path, d.File.ID))
 	}
 	return d.body
-}
-
-// closeBody closes the message file.
-func (d *Delivery) closeBody() {
-	if d.body != nil {
-		d.body.Close()
-		d.body = nil
-	} else {
-		rawsys.Close(d.bodyFD)
-	}
-	d.bodyFD = -1
 }
 
 // Report settles one recipient at once, while the delivery function runs
@@ -238,14 +232,35 @@ type session struct {
 	werr  error
 	// flushed is when output was last flushed.
 	flushed time.Time
-	// close releases the descriptors Serve opened for stdin and stdout.
-	close func()
+	// closeStdio releases the descriptors Serve opened for stdin and
+	// stdout.
+	closeStdio func()
+
+	// dirFD and queueFD are Dir and Dir/../queue, opened (O_PATH) when
+	// Serve starts, so that a job's two opens walk the job path alone,
+	// never "..": dirFD is AT_FDCWD when Dir is "", and either is -1
+	// while its open fails (a directory that does not exist yet): jobs
+	// then open by the whole path, as before, and the next job tries
+	// again. A directory renamed while Serve runs is still used.
+	dirFD, queueFD int
+	// closing holds the descriptors of finished jobs, to be closed
+	// together before the next flush (closeFinished).
+	closing []int
+	// noCloseRange is set once close_range has failed (an old kernel, a
+	// seccomp filter): descriptors are then closed one by one.
+	noCloseRange bool
 }
 
 func newSession(a *Agent) *session {
-	s := &session{a: a, pid: a.PID, now: a.Now}
+	s := &session{a: a, pid: a.PID, now: a.Now, dirFD: -1, queueFD: -1}
+	if a.Dir == "" {
+		s.dirFD = unix.AT_FDCWD
+	}
 	in, out, closeStdio := stdio(a.In == nil, a.Out == nil)
-	s.close = closeStdio
+	s.closeStdio = closeStdio
+	// Opened now, before any job, so that they do not sit between a
+	// job's two descriptors (see closeLater).
+	s.openDirs()
 	if a.In != nil {
 		in = a.In
 	}
@@ -270,7 +285,21 @@ func newSession(a *Agent) *session {
 	return s
 }
 
+// close releases what the session holds open.
+func (s *session) close() {
+	s.closeFinished()
+	for _, fd := range [...]int{s.dirFD, s.queueFD} {
+		if fd >= 0 {
+			rawsys.Close(fd)
+		}
+	}
+	s.closeStdio()
+}
+
+// flush writes out the buffered output, after closing the descriptors of
+// the finished jobs whose reports it carries.
 func (s *session) flush() error {
+	s.closeFinished()
 	if s.werr != nil {
 		return s.werr
 	}
@@ -339,11 +368,12 @@ const missingBody = "message file is missing(!) -- possibly due to delivery sche
 
 // job handles one job line. Its error ends Serve.
 func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
-	ctl := p
-	if s.a.Dir != "" {
-		ctl = filepath.Join(s.a.Dir, p)
-	}
-	h, err := ctlfile.Open(ctl)
+	// A job path as the scheduler writes it ("A/B/12345") is opened
+	// relative to the directory descriptors; anything else ("..",
+	// absolute, unclean) by the whole path, exactly as before they
+	// existed.
+	direct := filepath.IsLocal(p) && filepath.Clean(p) == p
+	h, err := s.openCtl(p, direct)
 	if err != nil {
 		if errors.Is(err, ctlfile.ErrUnknownFormat) {
 			s.comment("unsupported format flags in %q: %v", p, err)
@@ -355,19 +385,14 @@ func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
 		return nil
 	}
 	d := &Delivery{File: h.File, Path: p, Host: host, s: s, h: h, bodyFD: -1}
-	defer func() {
-		if err := h.Close(); err != nil {
-			s.comment("%v", err)
-		}
-	}()
+	defer s.finish(d)
 	if !s.lock(d) {
 		s.resync(p)
 		return nil
 	}
 
-	body := filepath.Join(s.a.Dir, "..", "queue", hashDir(p), d.File.ID)
 	// A raw descriptor, and an *os.File only if the agent asks (Body).
-	bodyFD, err := rawsys.OpenCwd(body, unix.O_RDONLY)
+	bodyFD, err := s.openBody(p, d.File.ID, direct)
 	if err != nil {
 		res := Result{Status: report.Error2, Notary: report.Notary{Action: "failed"}, Text: missingBody}
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -379,12 +404,11 @@ func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
 			res.Rcpt = i
 			d.settle(res)
 		}
-		s.comment("cannot open message file %q: %v", body, err)
+		s.comment("cannot open message file %q: %v", s.bodyPath(p, d.File.ID), err)
 		s.resync(p)
 		return nil
 	}
-	d.bodyFD, d.bodyName = bodyFD, body
-	defer d.closeBody()
+	d.bodyFD = bodyFD
 
 	for _, r := range deliver(d) {
 		d.settle(r)
@@ -395,6 +419,142 @@ func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
 		}
 	}
 	return nil
+}
+
+// openCtl opens and parses the control file of job path p; direct says p
+// is a local, clean path that may be opened relative to dirFD.
+func (s *session) openCtl(p string, direct bool) (*ctlfile.Handle, error) {
+	if direct {
+		s.openDirs()
+		if s.dirFD != -1 {
+			return ctlfile.OpenAt(s.dirFD, s.a.Dir, p)
+		}
+	}
+	ctl := p
+	if s.a.Dir != "" {
+		ctl = filepath.Join(s.a.Dir, p)
+	}
+	return ctlfile.Open(ctl)
+}
+
+// openBody opens the message file of job path p, whose control file names
+// it id, for reading. Errors are *fs.PathError naming bodyPath.
+func (s *session) openBody(p, id string, direct bool) (int, error) {
+	if direct {
+		s.openDirs()
+		if s.queueFD != -1 {
+			// The body has the job's hash directories and, normally,
+			// its name.
+			name := p
+			if path.Base(p) != id {
+				name = path.Join(hashDir(p), id)
+			}
+			fd, err := rawsys.Open(s.queueFD, name, unix.O_RDONLY)
+			if pe, ok := err.(*fs.PathError); ok {
+				pe.Path = s.bodyPath(p, id)
+			}
+			return fd, err
+		}
+	}
+	return rawsys.OpenCwd(s.bodyPath(p, id), unix.O_RDONLY)
+}
+
+// bodyPath is the message file of job path p whose control file names it
+// id: Dir/../queue/<p's hash directories>/id.
+func (s *session) bodyPath(p, id string) string {
+	return filepath.Join(s.a.Dir, "..", "queue", hashDir(p), id)
+}
+
+// openDirs opens dirFD and queueFD where they are not open: at the start
+// of Serve, and again before a job while an open fails (a directory that
+// does not exist yet).
+func (s *session) openDirs() {
+	if s.dirFD == -1 {
+		s.dirFD = openDir(s.a.Dir)
+	}
+	if s.queueFD == -1 {
+		s.queueFD = openDir(filepath.Join(s.a.Dir, "..", "queue"))
+	}
+}
+
+// openDir opens dir for use as a directory descriptor only (O_PATH), or
+// returns -1.
+func openDir(dir string) int {
+	fd, err := rawsys.OpenCwd(dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return -1
+	}
+	return fd
+}
+
+// finish closes a job's files, the control file and the message file:
+// their raw descriptors are queued for closeFinished, an *os.File that
+// Body made is closed now.
+func (s *session) finish(d *Delivery) {
+	fd, err := d.h.Release()
+	if err != nil {
+		s.comment("%v", err)
+	}
+	if fd >= 0 {
+		s.closeLater(fd)
+	}
+	if d.body != nil {
+		d.body.Close()
+		d.body = nil
+	} else if d.bodyFD >= 0 {
+		s.closeLater(d.bodyFD)
+	}
+	d.bodyFD = -1
+}
+
+// maxClosing bounds the descriptors of finished jobs held open: with the
+// runtime's own, few enough for the process's first descriptor table (64).
+const maxClosing = 32
+
+// closeLater queues fd, ours, for closeFinished. Consecutive jobs open
+// consecutive descriptors (the lowest free ones), so one close_range
+// closes the files of all the jobs since the last flush: one system call
+// instead of two a job, where every call costs a microsecond or more on a
+// virtual machine. A job's files are still closed before the flush that
+// sends its report (only a report too long for the output buffer goes out
+// earlier; nothing depends on it: the marks are written with pwrite, not
+// at close).
+func (s *session) closeLater(fd int) {
+	s.closing = append(s.closing, fd)
+	if len(s.closing) >= maxClosing {
+		s.closeFinished()
+	}
+}
+
+// closeFinished closes the queued descriptors: every run of consecutive
+// numbers (all ours, since each was open when queued) in one system call.
+func (s *session) closeFinished() {
+	fds := s.closing
+	if len(fds) == 0 {
+		return
+	}
+	slices.Sort(fds)
+	for i := 0; i < len(fds); {
+		j := i + 1
+		for j < len(fds) && fds[j] == fds[j-1]+1 {
+			j++
+		}
+		if j-i > 1 && !s.noCloseRange {
+			// close_range fails before closing anything, or not at all.
+			if err := rawsys.CloseRange(fds[i], fds[j-1]); err == nil {
+				i = j
+				continue
+			}
+			s.noCloseRange = true
+		}
+		for _, fd := range fds[i:j] {
+			if err := rawsys.Close(fd); err != nil {
+				s.comment("close: %v", err)
+			}
+		}
+		i = j
+	}
+	s.closing = fds[:0]
 }
 
 // hashDir is the spool's hash prefix of a job path ("A/B/12" → "A/B"):
@@ -429,7 +589,12 @@ func (s *session) lock(d *Delivery) bool {
 			continue
 		}
 		if d.state == nil {
-			d.state = make([]rcptState, len(f.Rcpts))
+			if len(f.Rcpts) <= len(d.stateBuf) {
+				d.state = d.stateBuf[:len(f.Rcpts)]
+			} else {
+				d.state = make([]rcptState, len(f.Rcpts))
+			}
+			d.Rcpts = d.rcptsBuf[:0]
 		}
 		d.state[i] = locked
 		d.Rcpts = append(d.Rcpts, i)
@@ -503,9 +668,41 @@ func (d *Delivery) settle(r Result) {
 			retry = "+60"
 		}
 	}
-	line := report.Line{Inum: d.File.Inum, Offset: rc.Offset, Notary: notary, Status: status, Retry: retry, Text: text}
-	s.w.WriteString(line.String())
-	s.w.WriteByte('\n')
+	s.writeReport(&report.Line{Inum: d.File.Inum, Offset: rc.Offset, Notary: notary, Status: status, Retry: retry, Text: text})
+}
+
+// writeReport writes l.String() and a newline, formatted straight into
+// the output buffer: a string built and copied per recipient is a
+// noticeable part of a quick job.
+func (s *session) writeReport(l *report.Line) {
+	b := s.w.AvailableBuffer()
+	b = strconv.AppendInt(b, l.Inum, 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, l.Offset, 10)
+	b = append(b, '\t')
+	if !l.Notary.IsZero() {
+		b = append(b, l.Notary.String()...)
+	}
+	b = append(b, '\t')
+	b = append(b, l.Status.String()...)
+	if l.Status == report.RetryAt {
+		b = append(b, ' ')
+		b = append(b, l.Retry...)
+	}
+	b = append(b, ' ')
+	if strings.IndexByte(l.Text, '\n') < 0 {
+		b = append(b, l.Text...)
+	} else {
+		for i := 0; i < len(l.Text); i++ {
+			c := l.Text[i]
+			if c == '\n' {
+				c = '\r'
+			}
+			b = append(b, c)
+		}
+	}
+	b = append(b, '\n')
+	s.w.Write(b)
 }
 
 // defaultNotary is the DSN data for an ok2 or error2 whose delivery

@@ -9,8 +9,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -711,5 +713,217 @@ func benchServe(b *testing.B, rcpts int) {
 	inW.Close()
 	if err := <-done; err != nil {
 		b.Fatal(err)
+	}
+}
+
+// BenchmarkJobs measures Serve's cost per job alone, in this process: job
+// lines from memory, reports to io.Discard, on a spool laid out as the
+// scheduler's (hash directories, the working directory transport/ and Dir
+// "", as an agent runs). One message of 5 recipients at 5 hosts, one job
+// per host in turn; the delivery defers, so every job finds its recipient
+// pending again. Besides ns/op it reports this process's CPU time per job,
+// user and system.
+func BenchmarkJobs(b *testing.B) {
+	sp := &ctlfile.Spool{Root: b.TempDir(), Hash: 2, NoSync: true}
+	if err := sp.Init(); err != nil {
+		b.Fatal(err)
+	}
+	m := &ctlfile.Message{Sender: "bench@example.org", Header: []byte("From: bench@example.org\nSubject: bench\n"),
+		Body: []byte("This is a benchmark message.\n")}
+	var hosts []string
+	for r := range 5 {
+		host := "d" + strconv.Itoa(r) + ".test"
+		hosts = append(hosts, host)
+		m.Rcpts = append(m.Rcpts, ctlfile.Address{Channel: "smtp", Host: host, User: "u@" + host})
+	}
+	rel, err := sp.Enqueue(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var in bytes.Buffer
+	for i := range b.N {
+		in.WriteString(rel + "\t" + hosts[i%len(hosts)] + "\n")
+	}
+	b.Chdir(sp.TransportDir())
+	a := &Agent{Channel: "smtp", In: &in, Out: io.Discard, Name: "bench"}
+	deliver := func(d *Delivery) []Result {
+		res := make([]Result, 0, len(d.Rcpts))
+		for _, i := range d.Rcpts {
+			res = append(res, Result{Rcpt: i, Status: report.Deferred, Text: "later"})
+		}
+		return res
+	}
+	var before, after syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	b.ResetTimer()
+	if err := a.Serve(deliver); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	n := float64(b.N)
+	b.ReportMetric(float64(after.Utime.Nano()-before.Utime.Nano())/1e3/n, "user-µs/job")
+	b.ReportMetric(float64(after.Stime.Nano()-before.Stime.Nano())/1e3/n, "sys-µs/job")
+}
+
+// writeReport formats exactly what report.Line.String does.
+func TestWriteReportIsLineString(t *testing.T) {
+	lines := []report.Line{
+		{Inum: 10002561, Offset: 121, Status: report.OK3, Text: "delivered"},
+		{Inum: 0, Offset: 0, Status: report.OK},
+		{Inum: 1 << 62, Offset: 1<<62 + 7, Status: report.Deferred, Text: "a\nb\n", Notary: report.Notary{Recipient: "a@b", Action: "delayed"}},
+		{Inum: 9, Offset: 99, Status: report.RetryAt, Retry: "+60", Text: "421 later"},
+		{Inum: 9, Offset: 99, Status: report.RetryAt, Retry: "1795337543", Text: ""},
+		{Inum: 9, Offset: 99, Status: report.Error2, Text: strings.Repeat("x", 70<<10),
+			Notary: report.Notary{Recipient: "t\tab", Action: "failed", Status: "5.0.0", Diagnostic: "smtp; 550\nno", RemoteMTA: "mx", Agent: "a[1]"}},
+	}
+	var out bytes.Buffer
+	s := &session{w: bufio.NewWriterSize(&out, 64<<10)}
+	var want strings.Builder
+	for i := range lines {
+		s.w.WriteString("#x\n") // the buffer is not empty
+		s.writeReport(&lines[i])
+		want.WriteString("#x\n" + lines[i].String() + "\n")
+	}
+	s.w.Flush()
+	if out.String() != want.String() {
+		t.Errorf("writeReport wrote\n%.300q\nwant\n%.300q", out.String(), want.String())
+	}
+}
+
+// Job paths that are not plain hashed names are opened by their whole
+// path, as before the directory descriptors; a queue directory that
+// appears after Serve started is used; a body named by its i line, not by
+// the control file's name, is found; many recipients fit.
+func TestJobPathsAndDirectories(t *testing.T) {
+	po := t.TempDir()
+	dir := filepath.Join(po, "transport")
+	if err := os.MkdirAll(filepath.Join(dir, "I", "X"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var many []rcptLine
+	for i := range 20 {
+		many = append(many, pending("smtp dest.test u"+strconv.Itoa(i)+"@dest.test 0"))
+	}
+	put(t, dir, "I/X/10003003", msg{name: "10003003", rcpts: many}.build().data, false)
+	// A file named 10003004 whose i line says 10003005: its body is
+	// queue/I/X/10003005.
+	put(t, dir, "I/X/10003004", msg{name: "10003005", rcpts: []rcptLine{pending("smtp dest.test a@dest.test 0")}}.build().data, false)
+	var bodies []string
+	c := serve(t, &Agent{Channel: "smtp", Dir: dir}, func(d *Delivery) []Result {
+		b, err := io.ReadAll(d.Body())
+		if err != nil {
+			t.Error(err)
+		}
+		if !strings.HasPrefix(string(b), "@") { // not a control file
+			b = b[:min(len(b), 8)]
+		} else {
+			b = []byte("ctl")
+		}
+		bodies = append(bodies, d.Body().Name()+" "+string(b))
+		var res []Result
+		for _, i := range d.Rcpts {
+			res = append(res, Result{Rcpt: i, Status: report.Deferred, Text: "later"})
+		}
+		return res
+	})
+	c.expect("#hungry")
+	// No queue directory yet: the message file is missing, error2.
+	c.send("I/X/10003004\tdest.test\n")
+	c.expect("10003004/121\t\terror2 " + missingBody)
+	if l := c.next(); !strings.Contains(l, filepath.Join(po, "queue", "I", "X", "10003005")) {
+		t.Errorf("got %q, want a comment naming the message file", l)
+	}
+	c.expect("#resync I/X/10003004", "#hungry")
+
+	q := filepath.Join(po, "queue", "I", "X")
+	if err := os.MkdirAll(q, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"10003003", "10003005"} {
+		if err := os.WriteFile(filepath.Join(q, id), []byte(id), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The file's recipient is failed now; mark it pending again.
+	put(t, dir, "I/X/10003004", msg{name: "10003005", rcpts: []rcptLine{pending("smtp dest.test a@dest.test 0")}}.build().data, false)
+	// The last: queue/../transport/I/X/10003003 is the control file
+	// itself, as it always was.
+	jobs := []string{"I/X/10003004", "./I/X/10003003", "I/X/../X/10003003", "../transport/I/X/10003003"}
+	for _, j := range jobs {
+		c.send(j + "\tdest.test\n")
+		for range c.linesFor(j) {
+		}
+	}
+	// An absolute job path is taken relative to Dir, as it always was.
+	abs := filepath.Join(dir, "I/X/10003003")
+	c.send(abs + "\tdest.test\n")
+	if l := c.next(); !strings.Contains(l, "not found") {
+		t.Errorf("got %q, want a comment: not found", l)
+	}
+	c.expect("#resync "+abs, "#hungry")
+	c.end()
+	want := []string{
+		filepath.Join(q, "10003005") + " 10003005",
+		filepath.Join(q, "10003003") + " 10003003",
+		filepath.Join(q, "10003003") + " 10003003",
+		filepath.Join(dir, "I/X/10003003") + " ctl",
+	}
+	if !slices.Equal(bodies, want) {
+		t.Errorf("bodies\n%q\nwant\n%q", bodies, want)
+	}
+}
+
+// linesFor reads the reports of one job up to its #hungry and returns
+// them; a #resync or a comment fails the test.
+func (c *conv) linesFor(job string) []string {
+	c.t.Helper()
+	var ls []string
+	for {
+		l := c.next()
+		if l == "#hungry" {
+			return ls
+		}
+		if strings.HasPrefix(l, "#") {
+			c.t.Errorf("job %s: %q", job, l)
+			continue
+		}
+		ls = append(ls, l)
+	}
+}
+
+// The descriptors of finished jobs are closed by the time their reports
+// are out, and Serve leaves none open.
+func TestServeClosesFiles(t *testing.T) {
+	dir := spool(t)
+	for i := range 3 {
+		name := strconv.Itoa(10004000 + i)
+		put(t, dir, name, msg{name: name, rcpts: []rcptLine{pending("smtp dest.test a@dest.test 0")}}.build().data, i != 2)
+	}
+	before := openFDs(t)
+	c := serve(t, &Agent{Channel: "smtp", Dir: dir}, func(d *Delivery) []Result {
+		if d.File.Inum == 10004001 {
+			d.Body() // an *os.File, closed as such
+		}
+		return []Result{{Rcpt: d.Rcpts[0], Status: report.Deferred, Text: "later"}}
+	})
+	c.expect("#hungry")
+	// The pipes of serve, the reader goroutine, the two directories.
+	during := openFDs(t)
+	for round := range 3 {
+		// Several jobs in one write: their reports go out in one flush.
+		c.send("10004000\tdest.test\n10004001\tdest.test\n10004002\tdest.test\n")
+		for _, j := range []string{"10004000", "10004001"} {
+			c.linesFor(j)
+		}
+		for l := c.next(); l != "#hungry"; l = c.next() {
+		}
+		if n := openFDs(t); n != during {
+			t.Errorf("round %d: %d descriptors open, want %d", round, n, during)
+		}
+	}
+	c.end()
+	if n := openFDs(t); n > before {
+		t.Errorf("%d descriptors open after Serve, %d before", n, before)
 	}
 }

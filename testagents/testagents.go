@@ -83,14 +83,18 @@ type Sink struct {
 	Log io.Writer
 	// Delay is slept per recipient, standing in for a slow destination.
 	Delay time.Duration
+
+	res []ta.Result // Deliver's, reused
 }
 
-// Deliver delivers every recipient of d.
+// Deliver delivers every recipient of d. The results it returns are valid
+// until its next call: Serve settles them before it takes the next job.
 func (s *Sink) Deliver(d *ta.Delivery) []ta.Result {
-	res := make([]ta.Result, 0, len(d.Rcpts))
+	res := s.res[:0]
 	for _, i := range d.Rcpts {
 		res = append(res, s.DeliverOne(d, i))
 	}
+	s.res = res
 	return res
 }
 

@@ -1,6 +1,7 @@
 // Package rawsys makes the few system calls of a transport agent's job
-// without telling the Go scheduler: open, read, pread, pwrite and close on
-// local files, and non-blocking reads and writes on the protocol's stdio.
+// without telling the Go scheduler: open, read, pread, pwrite, close and
+// close_range on local files, and non-blocking reads and writes on the
+// protocol's stdio.
 //
 // A Go system call (syscall.Syscall) marks its P as in a system call and
 // wakes the runtime's monitor thread (sysmon) when it sleeps; sysmon then
@@ -63,6 +64,20 @@ func OpenCwd(path string, flags int) (int, error) { return Open(unix.AT_FDCWD, p
 // when close fails.
 func Close(fd int) error {
 	if _, _, e := syscall.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// CloseRange closes every descriptor from first to last, both included,
+// in one system call: close_range(2), Linux 5.9 and later (ENOSYS before).
+// The caller must own every descriptor in the range. Unlike Close it
+// reports no error of an individual close.
+func CloseRange(first, last int) error {
+	if first < 0 || last < first {
+		return unix.EINVAL
+	}
+	if _, _, e := syscall.RawSyscall(unix.SYS_CLOSE_RANGE, uintptr(first), uintptr(last), 0); e != 0 {
 		return e
 	}
 	return nil

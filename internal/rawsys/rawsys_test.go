@@ -105,3 +105,36 @@ func TestSocketCallsDoNotBlock(t *testing.T) {
 		t.Errorf("empty write = %d, %v", n, err)
 	}
 }
+
+// CloseRange closes exactly the descriptors of its range.
+func TestCloseRange(t *testing.T) {
+	var fds [4]int
+	for i := range fds {
+		fd, err := OpenCwd(os.DevNull, unix.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds[i] = fd
+	}
+	lo, hi := min(fds[1], fds[2]), max(fds[1], fds[2])
+	if hi != lo+1 {
+		t.Skipf("descriptors %v are not consecutive", fds)
+	}
+	if err := CloseRange(lo, hi); err == unix.ENOSYS {
+		t.Skip("close_range: ENOSYS")
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	for i, fd := range fds {
+		var st unix.Stat_t
+		err := unix.Fstat(fd, &st)
+		if closed := err == unix.EBADF; closed != (i == 1 || i == 2) {
+			t.Errorf("descriptor %d (%d): fstat %v", i, fd, err)
+		}
+	}
+	Close(fds[0])
+	Close(fds[3])
+	if err := CloseRange(5, 4); err != unix.EINVAL {
+		t.Errorf("empty range: %v, want EINVAL", err)
+	}
+}
