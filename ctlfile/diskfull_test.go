@@ -23,6 +23,7 @@ import (
 func TestAppendOnFullDisk(t *testing.T) {
 	dir := tinyfs.Mount(t, 64<<10)
 	s := &Spool{Root: dir}
+	t.Cleanup(func() { s.Close() }) // its directory descriptors would keep the tmpfs busy
 	if err := s.Init(); err != nil {
 		t.Fatal(err)
 	}

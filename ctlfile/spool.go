@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -32,8 +33,14 @@ func HashPath(name string, inum int64, levels int) string {
 }
 
 // Spool is a postoffice: transport/ (control files), queue/ (bodies), bad/
-// (quarantine) and state/. Its methods keep no state and may be called from
-// any goroutine.
+// (quarantine) and state/. Its methods may be called from any goroutine.
+//
+// The scheduler's per-message calls (Read, Reread, Remove) reach files
+// through descriptors of transport/ and queue/, opened on first use and
+// kept (close-on-exec) until Close or until the Spool is garbage; a new
+// Root opens new ones. A directory removed and made again is noticed when
+// a file is not found through its old descriptor. A Spool must not be
+// copied after first use.
 type Spool struct {
 	Root string // the postoffice directory
 	Hash int    // hash levels (0, 1 or 2) for files Enqueue writes
@@ -44,6 +51,34 @@ type Spool struct {
 	// hook, when set by a test, is called at each step of Enqueue with the
 	// step's name, to check what a crash at that instant would leave.
 	hook func(step string)
+
+	dirs atomic.Pointer[dirCache] // for Root; nil until first needed
+}
+
+// cache returns the directory descriptors for the current Root.
+func (s *Spool) cache() *dirCache {
+	c := s.dirs.Load()
+	if c != nil && c.root == s.Root {
+		return c
+	}
+	n := newDirCache(s.Root)
+	if s.dirs.CompareAndSwap(c, n) {
+		return n // the old one's descriptors close when it is garbage
+	}
+	if c = s.dirs.Load(); c != nil && c.root == s.Root {
+		return c
+	}
+	return n
+}
+
+// Close releases the directory descriptors the Spool holds. The Spool
+// stays usable (they are opened again when needed), but Close must not run
+// concurrently with its other methods.
+func (s *Spool) Close() error {
+	if c := s.dirs.Swap(nil); c != nil {
+		c.fds.closeAll()
+	}
+	return nil
 }
 
 // TransportDir is Root/transport, the control files.
@@ -72,20 +107,32 @@ func (s *Spool) Init() error {
 // name starts with a digit: the only shapes ZMailer puts in transport/.
 // Anything else (absolute, "..", deeper) could reach outside the spool.
 func checkRel(rel string) error {
-	parts := strings.Split(rel, "/")
-	if len(parts) > 3 {
-		return fmt.Errorf("%w: %q", ErrBadPath, rel)
-	}
-	for _, d := range parts[:len(parts)-1] {
-		if !hashLetter(d) {
+	name := rel
+	for levels := 0; ; levels++ {
+		i := strings.IndexByte(name, '/')
+		if i < 0 {
+			break
+		}
+		if levels == 2 || !hashLetter(name[:i]) {
 			return fmt.Errorf("%w: %q", ErrBadPath, rel)
 		}
+		name = name[i+1:]
 	}
-	name := parts[len(parts)-1]
 	if name == "" || !isDigit(name[0]) || strings.IndexByte(name, 0) >= 0 {
 		return fmt.Errorf("%w: %q", ErrBadPath, rel)
 	}
 	return nil
+}
+
+// bodyRel is the body id of the control file rel, relative to queue/: in
+// the same hash directories. Usually the body has the control file's name,
+// and then it is rel itself.
+func bodyRel(rel, id string) string {
+	dir := strings.LastIndexByte(rel, '/') + 1
+	if rel[dir:] == id {
+		return rel
+	}
+	return rel[:dir] + id
 }
 
 func hashLetter(d string) bool { return len(d) == 1 && 'A' <= d[0] && d[0] <= 'Z' }
@@ -143,19 +190,28 @@ func (s *Spool) read(rel string, shared bool) (*File, error) {
 	if err := checkRel(rel); err != nil {
 		return nil, err
 	}
-	data, err := readWhole(s.ctlPath(rel))
+	c := s.cache()
+	name := path.Base(rel)
+	bufp := readBufs.Get().(*[]byte)
+	data, err := c.readAt(treeTransport, rel, (*bufp)[:0])
 	if err != nil {
+		readBufs.Put(bufp)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %s", ErrNotFound, rel)
 		}
 		return nil, fmt.Errorf("ctlfile: read %s: %w", rel, err)
 	}
-	f, err := Parse(path.Base(rel), data)
+	f, err := Parse(name, data)
+	// Parse keeps no part of data: the buffer can serve the next read.
+	if cap(data) <= maxPooledBuf {
+		*bufp = data[:0]
+		readBufs.Put(bufp)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (file %s)", err, rel)
 	}
 	if f.ID != "" {
-		mtime, err := modTime(s.bodyPath(rel, f.ID))
+		mtime, err := c.modTimeAt(treeQueue, bodyRel(rel, f.ID))
 		switch {
 		case err == nil:
 			f.Arrival = mtime
@@ -337,11 +393,14 @@ func (s *Spool) Remove(rel string, id string) error {
 		if err := checkID(id); err != nil {
 			return err
 		}
-		if err := os.Remove(s.bodyPath(rel, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	}
+	c := s.cache()
+	if id != "" {
+		if err := c.unlinkAt(treeQueue, bodyRel(rel, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("ctlfile: remove body of %s: %w", rel, err)
 		}
 	}
-	if err := os.Remove(s.ctlPath(rel)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := c.unlinkAt(treeTransport, rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("ctlfile: remove %s: %w", rel, err)
 	}
 	return nil
