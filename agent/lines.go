@@ -38,7 +38,7 @@ func (s *splitter) split(p []byte, emit func(line string, tooLong bool)) {
 			s.line = s.line[:0]
 		case i >= 0 && len(s.line) == 0:
 			// Whole line in p: no copy into the buffer.
-			emit(string(seg), false)
+			emit(lineString(seg), false)
 			p = p[i+1:]
 			continue
 		default:
@@ -50,7 +50,7 @@ func (s *splitter) split(p []byte, emit func(line string, tooLong bool)) {
 		if s.long > 0 {
 			s.long = 0
 		} else {
-			emit(string(s.line), false)
+			emit(lineString(s.line), false)
 			s.line = s.line[:0]
 		}
 		if cap(s.line) > keepCap {
@@ -58,6 +58,18 @@ func (s *splitter) split(p []byte, emit func(line string, tooLong bool)) {
 		}
 		p = p[i+1:]
 	}
+}
+
+// hungry is the line an agent writes before every job it takes: one per
+// recipient's job under load, worth not allocating.
+const hungry = "#hungry"
+
+// lineString returns b as a string, without allocating for "#hungry".
+func lineString(b []byte) string {
+	if string(b) == hungry {
+		return hungry
+	}
+	return string(b)
 }
 
 // prefix returns the first tooLongPrefix bytes of the buffered line followed

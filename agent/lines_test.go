@@ -122,3 +122,25 @@ func FuzzSplitter(f *testing.F) {
 		}
 	})
 }
+
+// TestSplitterHungryAllocs: the line an agent writes before every job
+// costs no allocation, whole in a read or cut across two.
+func TestSplitterHungryAllocs(t *testing.T) {
+	s := splitter{max: MaxLine}
+	var got []string
+	emit := func(line string, _ bool) { got = append(got, line) }
+	whole, head, tail := []byte("#hungry\n#hungry\n"), []byte("#hun"), []byte("gry\n")
+	got = make([]string, 0, 4)
+	allocs := testing.AllocsPerRun(100, func() {
+		got = got[:0]
+		s.split(whole, emit)
+		s.split(head, emit)
+		s.split(tail, emit)
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per 3 #hungry lines, want 0", allocs)
+	}
+	if want := []string{"#hungry", "#hungry", "#hungry"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

@@ -17,7 +17,9 @@
 //  3. After each event call Ready and carry out its actions in the order of
 //     its fields: spawn agents, write lines, stop agents, append d lines, log
 //     outcomes, complete messages, re-read files (feeding each result back
-//     through Reread before the next event), send the DSNs asked for.
+//     through Reread before the next event), send the DSNs asked for. The
+//     batch's slices are reused by the next call of Ready: copy what must
+//     outlive it.
 //  4. Sleep until NextWakeup or the next event, whichever is first.
 //
 // What the core learns about destinations (concurrency windows, dead-until

@@ -119,6 +119,7 @@ type Scheduler struct {
 	stats   Counters
 	latency Latency
 	ready   Ready
+	spare   Ready       // the batch Ready returned last: its slices are reused
 	picker  orderPicker // the rings' view of the threads (order.go)
 
 	// Operator state (ops.go): destination holds by (channel, host), which
@@ -162,11 +163,44 @@ func New(cfg *config.Config, log hclog.Logger, rng *rand.Rand) *Scheduler {
 	}
 }
 
-// Ready returns the effects of the events since the last call.
+// Ready returns the effects of the events since the last call. Its slices
+// are the core's: they stay valid while the caller carries them out, other
+// calls into the core included, until the next call of Ready, which reuses
+// them (a caller that keeps actions longer copies them). Reuse is what
+// makes a dispatch allocate no action slices: under load Ready is called
+// for every batch of agent lines.
 func (s *Scheduler) Ready() Ready {
 	r := s.ready
-	s.ready = Ready{}
+	s.ready = s.spare.reuse()
+	s.spare = r
 	return r
+}
+
+// readyKeep bounds the slices Ready keeps for reuse: a burst (a scan that
+// queued thousands of messages, a mass expiry) must not pin its memory.
+const readyKeep = 4096
+
+// reuse returns r's slices emptied, their elements cleared so that they
+// hold no strings or messages alive.
+func (r *Ready) reuse() Ready {
+	return Ready{
+		Spawns:    reuseSlice(r.Spawns),
+		Writes:    reuseSlice(r.Writes),
+		Stops:     reuseSlice(r.Stops),
+		Diags:     reuseSlice(r.Diags),
+		Outcomes:  reuseSlice(r.Outcomes),
+		Completes: reuseSlice(r.Completes),
+		Rereads:   reuseSlice(r.Rereads),
+		DSNs:      reuseSlice(r.DSNs),
+	}
+}
+
+func reuseSlice[T any](s []T) []T {
+	if cap(s) > readyKeep {
+		return nil
+	}
+	clear(s)
+	return s[:0]
 }
 
 // Counters returns the running totals.

@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"zsched/agent"
@@ -112,19 +113,29 @@ func (d *Daemon) write(ws []core.Write) {
 	if d.lines == nil {
 		d.lines = make(map[int][]string)
 	}
+	// The per-agent slices are kept from call to call, until their agent
+	// is gone: a dispatch allocates none.
 	byAgent := d.lines
-	clear(byAgent)
 	order := d.agentOrder[:0]
 	for _, w := range ws {
-		if _, seen := byAgent[w.Agent]; !seen {
+		l := byAgent[w.Agent]
+		if len(l) == 0 {
 			order = append(order, w.Agent)
 		}
-		byAgent[w.Agent] = append(byAgent[w.Agent], w.Line)
+		byAgent[w.Agent] = append(l, w.Line)
 	}
 	for _, id := range order {
 		if p := d.procs[id]; p != nil {
 			p.Write(byAgent[id]...)
 		}
+	}
+	for id, l := range byAgent {
+		if d.procs[id] == nil {
+			delete(byAgent, id)
+			continue
+		}
+		clear(l)
+		byAgent[id] = l[:0]
 	}
 	d.agentOrder = order
 }
@@ -279,17 +290,46 @@ func (d *Daemon) logOutcome(o core.Outcome) {
 	if !o.Next.IsZero() {
 		next = o.Next.UTC().Format(time.RFC3339)
 	}
-	d.log.Info("outcome",
-		"msg", o.Path,
-		"rcpt", o.Offset,
-		"to", o.User,
-		"channel", o.Channel,
-		"host", o.Host,
-		"ta", pid,
-		"status", o.Status,
-		"delay", o.Delay.Truncate(time.Millisecond).String(),
-		"attempts", o.Attempts,
-		"next", next,
-		"text", o.Text,
-	)
+	l := outcomeLines.Get().(*outcomeLine)
+	l.kv[1] = o.Path
+	l.kv[3] = o.Offset
+	l.kv[5] = o.User
+	l.same(7, &l.channel, o.Channel)
+	l.kv[9] = o.Host
+	if pid != l.pid || l.kv[11] == nil {
+		l.pid, l.kv[11] = pid, pid
+	}
+	l.same(13, &l.status, o.Status)
+	l.kv[15] = o.Delay.Truncate(time.Millisecond).String()
+	l.kv[17] = o.Attempts
+	l.same(19, &l.next, next)
+	l.same(21, &l.text, o.Text)
+	d.log.Info("outcome", l.kv[:]...)
+	outcomeLines.Put(l)
+}
+
+// outcomeLine is logOutcome's key/value list, kept from line to line
+// (hclog formats it before Info returns and keeps nothing): one line per
+// recipient then allocates neither the list nor the values that repeat
+// from one recipient to the next (the channel, the agent, the status word,
+// the text), each of which is boxed again only when it changed.
+type outcomeLine struct {
+	kv                          [22]any
+	pid                         int
+	channel, status, next, text string
+}
+
+var outcomeLines = sync.Pool{New: func() any {
+	return &outcomeLine{kv: [22]any{
+		"msg", nil, "rcpt", nil, "to", nil, "channel", nil, "host", nil, "ta", nil,
+		"status", nil, "delay", nil, "attempts", nil, "next", nil, "text", nil,
+	}}
+}}
+
+// same sets value i of the list to v unless it holds v already.
+func (l *outcomeLine) same(i int, cur *string, v string) {
+	if v != *cur || l.kv[i] == nil {
+		*cur = v
+		l.kv[i] = v
+	}
 }

@@ -29,6 +29,10 @@ const scrapeWait = 5 * time.Second
 type metrics struct {
 	reg      *prometheus.Registry
 	outcomes *prometheus.CounterVec
+	// byStatus caches outcomes' counter per status word: a few words,
+	// counted once per recipient, where WithLabelValues hashes the label
+	// every time.
+	byStatus map[string]prometheus.Counter
 	latency  prometheus.Histogram
 	srv      *http.Server
 	addr     net.Addr
@@ -85,9 +89,18 @@ func (m *metrics) close() {
 }
 
 func (m *metrics) outcome(status string) {
-	if m != nil {
-		m.outcomes.WithLabelValues(status).Inc()
+	if m == nil {
+		return
 	}
+	c, ok := m.byStatus[status]
+	if !ok {
+		c = m.outcomes.WithLabelValues(status)
+		if m.byStatus == nil {
+			m.byStatus = make(map[string]prometheus.Counter)
+		}
+		m.byStatus[status] = c
+	}
+	c.Inc()
 }
 
 func (m *metrics) dispatched(latency time.Duration) {

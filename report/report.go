@@ -140,11 +140,18 @@ func ParseNotary(s string) Notary {
 	if s == "" {
 		return n
 	}
-	f := strings.SplitN(s, "\x01", 6)
-	dst := []*string{&n.Recipient, &n.Action, &n.Status, &n.Diagnostic, &n.RemoteMTA, &n.Agent}
-	for i := range f {
-		*dst[i] = f[i]
+	// Cut field by field rather than SplitN: a report per recipient, and
+	// its notary needs no slice.
+	dst := [...]*string{&n.Recipient, &n.Action, &n.Status, &n.Diagnostic, &n.RemoteMTA}
+	for _, d := range dst {
+		f, rest, ok := strings.Cut(s, "\x01")
+		*d = f
+		if !ok {
+			return n
+		}
+		s = rest
 	}
+	n.Agent = s // the last field keeps any further Ctrl-A
 	return n
 }
 

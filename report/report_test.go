@@ -129,3 +129,29 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// TestParseNotary checks the field split against strings.SplitN, the
+// definition: missing trailing fields empty, a sixth field keeping any
+// further Ctrl-A.
+func TestParseNotary(t *testing.T) {
+	for _, s := range []string{
+		"", "a", "a\x01", "\x01\x01", "a\x01b\x01c", "a\x01b\x01c\x01d\x01e\x01f",
+		"a\x01b\x01c\x01d\x01e\x01f\x01g\x01h", "\x01\x01\x01\x01\x01", "\x01\x01\x01\x01\x01\x01",
+	} {
+		var want Notary
+		if s != "" {
+			f := strings.SplitN(s, "\x01", 6)
+			dst := []*string{&want.Recipient, &want.Action, &want.Status, &want.Diagnostic, &want.RemoteMTA, &want.Agent}
+			for i := range f {
+				*dst[i] = f[i]
+			}
+		}
+		if got := ParseNotary(s); got != want {
+			t.Errorf("ParseNotary(%q) = %q, want %q", s, got, want)
+		}
+	}
+	line := "10002568/164\ttmp1@dest.test\x01failed\x014.2.1\x01smtp; 451 (x)\x01X-IP-addr; [127.0.0.1]\x01smtp[21148]\tdeferred \rtext"
+	if n := testing.AllocsPerRun(100, func() { Parse(line) }); n != 0 {
+		t.Errorf("Parse of a report with a notary: %v allocations, want 0", n)
+	}
+}
