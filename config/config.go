@@ -25,6 +25,7 @@ type Scheduler struct {
 	StateLog             string   // per-attempt log file; "" = none
 	MessageActiveLimit   int      // messages in core; default 20000 (qmgr_message_active_limit)
 	RecipientActiveLimit int      // recipients in core; default 20000 (qmgr_message_recipient_limit)
+	StartupMaxRing       int      // agents per ring while the queue found at start is read; default 2; 0 = no limit
 	ShutdownTimeout      Duration // how long TERM waits for agents; default 10s
 	DelayWarningTime     Duration // a message still queued this long warns senders who asked for NOTIFY=DELAY; 0 = off (default, as Postfix)
 }
@@ -131,6 +132,7 @@ func defaultScheduler() Scheduler {
 		ForkRate:             100,
 		MessageActiveLimit:   20000,
 		RecipientActiveLimit: 20000,
+		StartupMaxRing:       2,
 		ShutdownTimeout:      Duration(10 * time.Second),
 	}
 }

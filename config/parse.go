@@ -195,6 +195,9 @@ var schedulerKeys = map[string]schedulerSetter{
 	"recipient_active_limit": func(s *Scheduler, v any) error {
 		return setInt(&s.RecipientActiveLimit, v, 1, math.MaxInt)
 	},
+	"startup_maxring": func(s *Scheduler, v any) error {
+		return setInt(&s.StartupMaxRing, v, 0, math.MaxInt)
+	},
 	"shutdown_timeout": func(s *Scheduler, v any) error { return setDuration(&s.ShutdownTimeout, v, false) },
 	"delay_warning_time": func(s *Scheduler, v any) error {
 		return setDuration(&s.DelayWarningTime, v, false)

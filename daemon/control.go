@@ -152,7 +152,7 @@ func (d *Daemon) reload() error {
 	keep("notify_socket", &cfg.Scheduler.NotifySocket, &old.NotifySocket)
 	keep("control_listen", &cfg.Scheduler.ControlListen, &old.ControlListen)
 	keep("metrics_listen", &cfg.Scheduler.MetricsListen, &old.MetricsListen)
-	if err := d.core.Reconfigure(d.now(), cfg); err != nil {
+	if err := d.core.Reconfigure(d.now(), d.coreConfig(cfg)); err != nil {
 		d.log.Error("reload refused; the running configuration stays", "error", err)
 		return err
 	}

@@ -47,6 +47,8 @@ type Daemon struct {
 	spool *ctlfile.Spool
 	core  *core.Scheduler
 	now   func() time.Time
+	// coreLog is the core's logger (intake.go: endStartup mutes it).
+	coreLog *mutable
 
 	// unwritten holds d lines whose append failed (disk full, I/O error),
 	// per control file, retried before the message completes: a lost d line
@@ -99,7 +101,9 @@ func New(cfg *config.Config, log hclog.Logger, opt Options) (*Daemon, error) {
 		notify: make(chan string, 1024),
 		in:     newIntake(),
 	}
-	d.core = core.New(cfg, log.Named("core"), rand.New(rand.NewSource(seed)))
+	d.in.startup = cfg.Scheduler.StartupMaxRing > 0
+	d.coreLog = &mutable{Logger: log.Named("core")}
+	d.core = core.New(d.coreConfig(cfg), d.coreLog, rand.New(rand.NewSource(seed)))
 	if err := d.spool.Init(); err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}

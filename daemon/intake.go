@@ -3,10 +3,14 @@ package daemon
 import (
 	"errors"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
+	"zsched/config"
 	"zsched/core"
 	"zsched/ctlfile"
 )
@@ -100,6 +104,11 @@ type intake struct {
 	firstRead int
 	scanEnded time.Time
 
+	// The startup read (startupConfig): while on, the core runs under
+	// startup_maxring; it ends at startupEnd at the latest.
+	startup    bool
+	startupEnd time.Time
+
 	onStep func() // tests: called after every intake step
 }
 
@@ -137,6 +146,7 @@ func (d *Daemon) startScan(now time.Time) {
 	}
 	if in.initial && in.started.IsZero() {
 		in.started = now
+		in.startupEnd = now.Add(startupMax)
 	}
 	in.scan = d.spool.NewScanner()
 	in.rescan = false
@@ -317,6 +327,7 @@ func (d *Daemon) intakeStep() {
 			"seconds", secs, "files_per_second", int(float64(d.in.firstRead)/secs),
 			"jobs_dispatched", d.core.Latency().Count())
 	}
+	d.startupCheck(now)
 	if d.in.onStep != nil {
 		d.in.onStep()
 	}
@@ -364,7 +375,111 @@ func (d *Daemon) intakeWake(wake time.Time) time.Time {
 			wake = l.at
 		}
 	}
+	if in.startup && !in.startupEnd.IsZero() && in.startupEnd.Before(wake) {
+		wake = in.startupEnd
+	}
 	return wake
+}
+
+// The startup read. A scheduler that starts on a large queue first has to
+// read it: until a message is in core nothing schedules it, not even its
+// expiry or the destination's other recipients. Reading costs CPU (some
+// 25 µs a file), and so does delivery (some 55 µs a recipient across the
+// scheduler and its agents): at full delivery speed the scan gets half the
+// machine and a queue of 100 000 files takes three times as long to read.
+// So while the queue found at start is read, the read has priority:
+// delivery starts at once, with the first batch, but every ring runs at
+// most startup_maxring agents (default 2; 0 turns this off). The startup
+// read ends, and delivery opens to the configured limits for good, at the
+// first of:
+//
+//   - the first pass over the queue is in core (the "queue read at start"
+//     log line);
+//   - the core is full (message_active_limit or recipient_active_limit):
+//     the rest of the queue is then read only as delivery frees room, so
+//     holding delivery back would slow the read too — on a queue larger
+//     than the limits, the startup read is the first core-full of it;
+//   - startupMax after the start, for a slow disk.
+//
+// The limit is applied as the core's configuration (each clause's maxring
+// lowered), so a reload during the startup read keeps it, and the end is
+// an ordinary reconfiguration back to the file's values: windows and
+// everything learned are kept, nothing else changes.
+
+// startupMax bounds the startup read: past it delivery opens whatever the
+// read's progress.
+const startupMax = 30 * time.Second
+
+// startupConfig returns cfg as the core runs it during the startup read:
+// each clause's maxring lowered to startup_maxring. Without a limit, cfg
+// itself.
+func startupConfig(cfg *config.Config) *config.Config {
+	n := cfg.Scheduler.StartupMaxRing
+	if n <= 0 {
+		return cfg
+	}
+	c := *cfg
+	c.Clauses = slices.Clone(cfg.Clauses)
+	for i := range c.Clauses {
+		c.Clauses[i].MaxRing = min(c.Clauses[i].MaxRing, n)
+	}
+	return &c
+}
+
+// coreConfig is the configuration the core runs now: cfg, limited during
+// the startup read.
+func (d *Daemon) coreConfig(cfg *config.Config) *config.Config {
+	if d.in.startup {
+		return startupConfig(cfg)
+	}
+	return cfg
+}
+
+// startupCheck ends the startup read when one of its ends is reached.
+func (d *Daemon) startupCheck(now time.Time) {
+	in := &d.in
+	if !in.startup {
+		return
+	}
+	s := &d.cfg.Scheduler
+	switch {
+	case !in.initial:
+		d.endStartup(now, "queue read")
+	case d.core.Messages() >= s.MessageActiveLimit || in.total >= s.RecipientActiveLimit:
+		d.endStartup(now, "core full")
+	case !in.startupEnd.IsZero() && !now.Before(in.startupEnd):
+		d.endStartup(now, "time limit")
+	}
+}
+
+// endStartup opens delivery to the configured limits.
+func (d *Daemon) endStartup(now time.Time, why string) {
+	d.in.startup = false
+	// Not an operator's reload: the core's reload lines would mislead.
+	d.coreLog.mute = true
+	err := d.core.Reconfigure(now, d.cfg)
+	d.coreLog.mute = false
+	if err != nil {
+		// The same clauses route the same destinations: cannot happen.
+		d.log.Error("cannot lift the startup limit", "error", err)
+		return
+	}
+	d.log.Info("startup read over: delivery opens to the configured limits", "reason", why,
+		"files_read", d.in.firstRead, "seconds", now.Sub(d.in.started).Seconds(),
+		"jobs_dispatched", d.core.Latency().Count())
+}
+
+// mutable is the core's logger: the daemon mutes its informational lines
+// while it reconfigures the core itself.
+type mutable struct {
+	hclog.Logger
+	mute bool
+}
+
+func (m *mutable) Info(msg string, args ...any) {
+	if !m.mute {
+		m.Logger.Info(msg, args...)
+	}
 }
 
 // settled lowers the recipient count for an outcome that ends a recipient.

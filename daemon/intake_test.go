@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand"
@@ -27,7 +28,7 @@ func intakeDaemon(t testing.TB, agent string, msgLimit, rcptLimit, msgs, maxRcpt
 	if agent == "" {
 		agent = "/bin/false"
 	}
-	cfg, err := config.Parse("test.toml", fmt.Appendf(nil, `[scheduler]
+	text := fmt.Appendf(nil, `[scheduler]
 postoffice = %q
 log_level = "warn"
 message_active_limit = %d
@@ -40,7 +41,12 @@ select = "smtp/*"
 command = [%q, "-c", "smtp"]
 maxring = 4
 overfeed = 2
-`, filepath.Join(dir, "po"), msgLimit, rcptLimit, agent))
+`, filepath.Join(dir, "po"), msgLimit, rcptLimit, agent)
+	file := filepath.Join(dir, "test.toml") // for reload
+	if err := os.WriteFile(file, text, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,4 +260,144 @@ func BenchmarkIntake(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(files*b.N)/b.Elapsed().Seconds(), "files/s")
+}
+
+// startupAgents is what the core's only ring holds, if it exists yet:
+// agents and maxring.
+func startupAgents(t *testing.T, d *Daemon) (agents, maxring int) {
+	t.Helper()
+	rs := d.core.Rings(d.now())
+	if len(rs) > 1 {
+		t.Fatalf("%d rings, want 1", len(rs))
+	}
+	for _, r := range rs {
+		agents, maxring = r.Agents, r.MaxRing
+	}
+	return agents, maxring
+}
+
+// TestStartupReadHasPriority: while the queue found at start is read, the
+// ring runs at most startup_maxring (2) of its maxring (4) agents, and
+// delivery starts after the first batch; once the pass is in core the ring
+// opens to maxring. The agents are never started (the core's spawns are
+// dropped): they stay "starting", so each new one is a spawn the policy
+// allowed, and none is ever freed.
+func TestStartupReadHasPriority(t *testing.T) {
+	const msgs = 40
+	d := intakeDaemon(t, "", 1000, 1000, msgs, 1, false)
+	t.Cleanup(d.close)
+	d.in.max = 8 // the pass takes several turns
+	d.startScan(d.now())
+	turns := 0
+	for d.in.startup {
+		step(d)
+		d.core.Ready()
+		turns++
+		agents, maxring := startupAgents(t, d)
+		if d.in.startup && (agents != 2 || maxring != 2) {
+			t.Fatalf("turn %d of the startup read: %d agents, maxring %d; want 2 and 2", turns, agents, maxring)
+		}
+		if turns > 50 {
+			t.Fatal("the startup read did not end")
+		}
+	}
+	if turns < 3 {
+		t.Fatalf("the pass took %d turns: the test shows nothing", turns)
+	}
+	if d.in.initial || d.core.Messages() != msgs {
+		t.Fatalf("the startup read ended before the queue was read (%d messages in core)", d.core.Messages())
+	}
+	if agents, maxring := startupAgents(t, d); agents != 4 || maxring != 4 {
+		t.Errorf("after the startup read: %d agents, maxring %d; want 4 and 4", agents, maxring)
+	}
+}
+
+// TestStartupReadEndsWhenCoreFull: on a queue larger than
+// message_active_limit the startup read ends when the core first fills,
+// while the pass is still under way: from then on reading waits on
+// delivery, which must not be held back.
+func TestStartupReadEndsWhenCoreFull(t *testing.T) {
+	d := intakeDaemon(t, "", 10, 1000, 40, 1, false)
+	t.Cleanup(d.close)
+	d.in.max = 8
+	d.startScan(d.now())
+	for i := 0; d.in.startup; i++ {
+		if agents, _ := startupAgents(t, d); agents > 2 {
+			t.Fatalf("turn %d: %d agents during the startup read", i, agents)
+		}
+		if i > 50 {
+			t.Fatal("the startup read did not end")
+		}
+		step(d)
+		d.core.Ready()
+	}
+	if d.core.Messages() != 10 || !d.in.initial {
+		t.Fatalf("ended with %d messages in core, pass still running %v: want 10 and true", d.core.Messages(), d.in.initial)
+	}
+	if agents, maxring := startupAgents(t, d); agents != 4 || maxring != 4 {
+		t.Errorf("with the core full: %d agents, maxring %d; want 4 and 4", agents, maxring)
+	}
+}
+
+// TestStartupReadTimeLimit: a startup read that lasts startupMax (a slow
+// disk) ends there, the pass still running; the loop's wake-up includes
+// that time.
+func TestStartupReadTimeLimit(t *testing.T) {
+	d := intakeDaemon(t, "", 1000, 1000, 40, 1, false)
+	t.Cleanup(d.close)
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	d.now = func() time.Time { return now }
+	d.in.max = 8
+	d.startScan(now)
+	step(d)
+	d.core.Ready()
+	if !d.in.startup || d.in.scan == nil {
+		t.Fatalf("after one turn: startup %v, pass running %v", d.in.startup, d.in.scan != nil)
+	}
+	if wake := d.intakeWake(now.Add(time.Hour)); !wake.Equal(now.Add(startupMax)) {
+		t.Errorf("wake at %v, want the end of the startup read %v", wake, now.Add(startupMax))
+	}
+	now = now.Add(startupMax)
+	step(d)
+	d.core.Ready()
+	if d.in.startup || !d.in.initial {
+		t.Fatalf("at the time limit: startup %v, first pass running %v; want false, true", d.in.startup, d.in.initial)
+	}
+	if agents, maxring := startupAgents(t, d); agents != 4 || maxring != 4 {
+		t.Errorf("after the time limit: %d agents, maxring %d; want 4 and 4", agents, maxring)
+	}
+}
+
+// TestStartupReadReload: a reload during the startup read takes the file's
+// new values but keeps the startup limit; its end opens the ring to them.
+func TestStartupReadReload(t *testing.T) {
+	d := intakeDaemon(t, "", 1000, 1000, 40, 1, false)
+	t.Cleanup(d.close)
+	d.in.max = 8
+	d.startScan(d.now())
+	step(d)
+	d.core.Ready()
+	b, err := os.ReadFile(d.cfg.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(d.cfg.File, bytes.Replace(b, []byte("maxring = 4"), []byte("maxring = 6"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.reload(); err != nil {
+		t.Fatal(err)
+	}
+	if agents, maxring := startupAgents(t, d); !d.in.startup || agents != 2 || maxring != 2 {
+		t.Fatalf("reloaded during the startup read: %d agents, maxring %d; want 2 and 2", agents, maxring)
+	}
+	for i := 0; d.in.startup; i++ {
+		if i > 50 {
+			t.Fatal("the startup read did not end")
+		}
+		step(d)
+		d.core.Ready()
+	}
+	if agents, maxring := startupAgents(t, d); agents != 6 || maxring != 6 {
+		t.Errorf("after the startup read: %d agents, maxring %d; want the reloaded 6 and 6", agents, maxring)
+	}
 }

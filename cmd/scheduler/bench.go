@@ -136,7 +136,7 @@ nice = %d
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	var summary, startup string
+	var summary, startup, lifted string
 	var selfCPU float64 = -1
 	var selfRSS int64 = -1
 	sc := bufio.NewScanner(pipe)
@@ -151,6 +151,8 @@ nice = %d
 			selfCPU, selfRSS = procUsage(cmd.Process.Pid)
 		case strings.Contains(line, "queue read at start"):
 			startup = line
+		case strings.Contains(line, "startup read over"):
+			lifted = line
 		}
 		logw.WriteString(line)
 		logw.WriteByte('\n')
@@ -179,6 +181,11 @@ nice = %d
 	if startup != "" {
 		fmt.Fprintf(stdout, "startup: %s control files read in %ss (%s files/s); %s job lines dispatched by then\n",
 			field(startup, "files"), field(startup, "seconds"), field(startup, "files_per_second"), field(startup, "jobs_dispatched"))
+	}
+	if lifted != "" {
+		// startup_maxring held delivery back until then (daemon/intake.go).
+		fmt.Fprintf(stdout, "startup limit: agents per ring at most startup_maxring until %ss (%s); %s job lines dispatched by then\n",
+			field(lifted, "seconds"), field(lifted, "reason"), field(lifted, "jobs_dispatched"))
 	}
 	fmt.Fprintf(stdout, "dispatch latency (due → job line written): p50 %s, p99 %s; delivered %s, agents started %s\n",
 		field(summary, "dispatch_p50"), field(summary, "dispatch_p99"), field(summary, "delivered"), field(summary, "agents_started"))
@@ -251,9 +258,13 @@ func procUsage(pid int) (cpu float64, rssKiB int64) {
 	return cpu, rssKiB
 }
 
-// field returns the value of key=value in a log line, "?" if absent.
+// field returns the value of key=value in a log line (hclog quotes a value
+// with blanks: key="a b"), "?" if absent.
 func field(line, key string) string {
-	if m := regexp.MustCompile(`\b` + key + `=(\S+)`).FindStringSubmatch(line); m != nil {
+	if m := regexp.MustCompile(`\b` + key + `=("[^"]*"|\S+)`).FindStringSubmatch(line); m != nil {
+		if v, err := strconv.Unquote(m[1]); err == nil {
+			return v
+		}
 		return m[1]
 	}
 	return "?"
