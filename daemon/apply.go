@@ -9,7 +9,6 @@ import (
 	"os/user"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"zsched/agent"
@@ -290,7 +289,11 @@ func (d *Daemon) logOutcome(o core.Outcome) {
 	if !o.Next.IsZero() {
 		next = o.Next.UTC().Format(time.RFC3339)
 	}
-	l := outcomeLines.Get().(*outcomeLine)
+	l := d.outcomeLine
+	if l == nil {
+		l = newOutcomeLine()
+		d.outcomeLine = l
+	}
 	l.kv[1] = o.Path
 	l.kv[3] = o.Offset
 	l.kv[5] = o.User
@@ -305,7 +308,6 @@ func (d *Daemon) logOutcome(o core.Outcome) {
 	l.same(19, &l.next, next)
 	l.same(21, &l.text, o.Text)
 	d.log.Info("outcome", l.kv[:]...)
-	outcomeLines.Put(l)
 }
 
 // outcomeLine is logOutcome's key/value list, kept from line to line
@@ -319,12 +321,14 @@ type outcomeLine struct {
 	channel, status, next, text string
 }
 
-var outcomeLines = sync.Pool{New: func() any {
+// newOutcomeLine returns the list with its keys in place. The daemon keeps
+// one: only Run's goroutine logs outcomes.
+func newOutcomeLine() *outcomeLine {
 	return &outcomeLine{kv: [22]any{
 		"msg", nil, "rcpt", nil, "to", nil, "channel", nil, "host", nil, "ta", nil,
 		"status", nil, "delay", nil, "attempts", nil, "next", nil, "text", nil,
 	}}
-}}
+}
 
 // same sets value i of the list to v unless it holds v already.
 func (l *outcomeLine) same(i int, cur *string, v string) {

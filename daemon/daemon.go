@@ -49,6 +49,8 @@ type Daemon struct {
 	now   func() time.Time
 	// coreLog is the core's logger (intake.go: endStartup mutes it).
 	coreLog *mutable
+	// outcomeLine is logOutcome's key/value list, reused line to line.
+	outcomeLine *outcomeLine
 
 	// unwritten holds d lines whose append failed (disk full, I/O error),
 	// per control file, retried before the message completes: a lost d line
