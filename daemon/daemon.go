@@ -290,6 +290,12 @@ func (d *Daemon) close() {
 		os.Remove(d.cfg.Scheduler.NotifySocket)
 	}
 	os.Remove(d.pidfile)
+	// The spool's directory descriptors go last: a batch still being read
+	// uses them (the remover has stopped already: Run's deferred close).
+	if d.in.inflight != nil {
+		<-d.in.inflight.done
+	}
+	d.spool.Close()
 }
 
 // shutdown ends every agent and waits for them within ShutdownTimeout.
