@@ -242,7 +242,7 @@ func (c *dirCache) readAt(tree int, rel string, buf []byte) ([]byte, error) {
 func (c *dirCache) modTimeAt(tree int, rel string) (time.Time, error) {
 	var st unix.Stat_t
 	err := c.at(tree, rel, "stat", func(dirfd int, name string) error {
-		return fstatat(dirfd, name, &st)
+		return rawsys.Fstatat(dirfd, name, &st)
 	})
 	if err != nil {
 		return time.Time{}, err

@@ -1,7 +1,8 @@
 // Package rawsys makes the few system calls of a transport agent's job
-// without telling the Go scheduler: open, read, pread, pwrite, close and
-// close_range on local files, and non-blocking reads and writes on the
-// protocol's stdio.
+// without telling the Go scheduler: open, read, pread, pwrite, fstatat,
+// close and close_range on local files, and non-blocking reads and writes
+// on the protocol's stdio. The scheduler's reads of control files use the
+// same calls.
 //
 // A Go system call (syscall.Syscall) marks its P as in a system call and
 // wakes the runtime's monitor thread (sysmon) when it sleeps; sysmon then
@@ -114,5 +115,15 @@ func bufCall(trap uintptr, fd int, b []byte, arg4 uintptr) (int, error) {
 			continue
 		}
 		return 0, e
+	}
+}
+
+// fstatatGo is unix.Fstatat, retried on EINTR: Fstatat's way for a path
+// too long for its stack copy, and its only way where no raw call is set up.
+func fstatatGo(dirfd int, path string, st *unix.Stat_t) error {
+	for {
+		if err := unix.Fstatat(dirfd, path, st, 0); err != unix.EINTR {
+			return err
+		}
 	}
 }

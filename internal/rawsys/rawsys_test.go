@@ -138,3 +138,42 @@ func TestCloseRange(t *testing.T) {
 		t.Errorf("empty range: %v, want EINVAL", err)
 	}
 }
+
+// Fstatat relative to a directory descriptor: the size and mtime of a file
+// by a short and by a too-long path, ENOENT for a missing one, EINVAL for
+// a NUL in the name.
+func TestFstatat(t *testing.T) {
+	dir := t.TempDir()
+	sub := strings.Repeat("d", 200)
+	if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dirfd, err := OpenCwd(dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(dirfd)
+	for _, name := range []string{"short", filepath.Join(sub, strings.Repeat("f", 100))} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("0123456789"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		if err := Fstatat(dirfd, name, &st); err != nil {
+			t.Fatalf("fstatat %d-byte name: %v", len(name), err)
+		}
+		if st.Size != 10 || st.Mtim.Nano() != want.ModTime().UnixNano() {
+			t.Errorf("fstatat %d-byte name: size %d mtime %d, want 10 and %d", len(name), st.Size, st.Mtim.Nano(), want.ModTime().UnixNano())
+		}
+	}
+	var st unix.Stat_t
+	if err := Fstatat(dirfd, "missing", &st); err != unix.ENOENT {
+		t.Errorf("missing file: %v, want ENOENT", err)
+	}
+	if err := Fstatat(dirfd, "a\x00b", &st); err != unix.EINVAL {
+		t.Errorf("NUL in the name: %v, want EINVAL", err)
+	}
+}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package ctlfile
+package rawsys
 
 import "golang.org/x/sys/unix"
 

@@ -1,6 +1,6 @@
 //go:build linux && (arm64 || riscv64)
 
-package ctlfile
+package rawsys
 
 import "golang.org/x/sys/unix"
 

@@ -1,6 +1,6 @@
 //go:build linux && (amd64 || arm64 || riscv64)
 
-package ctlfile
+package rawsys
 
 import (
 	"syscall"
@@ -9,14 +9,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fstatat is fstatat(2) as a raw system call (see rawio.go): a stat of a
-// body in the page cache costs less than the Go scheduler's bookkeeping
-// around an ordinary call. The NUL-terminated copy of a short path stays
-// on the stack.
-func fstatat(dirfd int, path string, st *unix.Stat_t) error {
+// Fstatat is fstatat(2) of path relative to dirfd, flags 0, as a raw
+// system call retried on EINTR: a stat of a file in the page cache costs
+// less than the Go scheduler's bookkeeping around an ordinary call. The
+// NUL-terminated copy of a short path stays on the stack.
+func Fstatat(dirfd int, path string, st *unix.Stat_t) error {
 	var buf [256]byte
 	if len(path) >= len(buf) {
-		return ignoringEINTR(func() error { return unix.Fstatat(dirfd, path, st, 0) })
+		return fstatatGo(dirfd, path, st)
 	}
 	copy(buf[:], path)
 	for i := 0; i < len(path); i++ {
