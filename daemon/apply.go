@@ -128,16 +128,22 @@ func (d *Daemon) write(ws []core.Write) {
 			p.Write(byAgent[id]...)
 		}
 	}
-	for id, l := range byAgent {
+	// Only the lists written now are emptied (an agent's is dropped when it
+	// exits: forgetLines), so a call costs its own agents, not all of them.
+	for _, id := range order {
 		if d.procs[id] == nil {
 			delete(byAgent, id)
 			continue
 		}
+		l := byAgent[id]
 		clear(l)
 		byAgent[id] = l[:0]
 	}
 	d.agentOrder = order
 }
+
+// forgetLines drops an exited agent's kept line list.
+func (d *Daemon) forgetLines(id int) { delete(d.lines, id) }
 
 type failedStart struct {
 	id  int

@@ -315,6 +315,7 @@ func (d *Daemon) shutdown() error {
 		case ev := <-d.events:
 			if ev.Kind == agent.Exited {
 				delete(d.procs, ev.ID)
+				d.forgetLines(ev.ID)
 				d.core.AgentExited(d.now(), ev.ID, exitReason(ev))
 			} else if ev.Kind == agent.Line {
 				d.core.AgentLine(d.now(), ev.ID, ev.Line)
@@ -365,6 +366,7 @@ func (d *Daemon) agentEvent(ev agent.Event) {
 		d.core.AgentTooLong(now, ev.ID)
 	case agent.Exited:
 		delete(d.procs, ev.ID)
+		d.forgetLines(ev.ID)
 		if ev.Partial > 0 {
 			d.log.Warn("agent output ended in a partial line", "agent", ev.ID, "lost_bytes", ev.Partial)
 		}
