@@ -53,6 +53,7 @@ type Server struct {
 	Port int
 	Addr string // "127.0.0.1:port"
 
+	args   []string
 	cmd    *exec.Cmd
 	exited chan struct{}
 	out    *bytes.Buffer
@@ -72,8 +73,9 @@ func New(t testing.TB) *Server {
 }
 
 // Start starts redis-server with dir as its directory, on port (0: a free
-// one), and waits until it accepts connections.
-func Start(dir string, port int) (*Server, error) {
+// one), and waits until it accepts connections. args are more options,
+// such as "--requirepass", "secret".
+func Start(dir string, port int, args ...string) (*Server, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
@@ -84,7 +86,7 @@ func Start(dir string, port int) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
-	s := &Server{Dir: dir}
+	s := &Server{Dir: dir, args: args}
 	// A port picked free may be taken before the server binds it: it then
 	// exits at once, and another is tried.
 	for attempt := 0; ; attempt++ {
@@ -117,6 +119,7 @@ func (s *Server) start(port int) error {
 		"--loglevel", "warning",
 		"--databases", "4",
 	)
+	cmd.Args = append(cmd.Args, s.args...)
 	cmd.Dir = s.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	s.out = &bytes.Buffer{}
@@ -149,7 +152,8 @@ func (s *Server) start(port int) error {
 	}
 }
 
-// ping reports whether the server answers PING with PONG.
+// ping reports whether the server answers PING (with PONG, or, when it
+// wants a password, with NOAUTH: it is up all the same).
 func (s *Server) ping() bool {
 	c, err := net.DialTimeout("tcp", s.Addr, time.Second)
 	if err != nil {
@@ -162,7 +166,7 @@ func (s *Server) ping() bool {
 	}
 	buf := make([]byte, 7)
 	n, _ := c.Read(buf)
-	return string(buf[:n]) == "+PONG\r\n"
+	return string(buf[:n]) == "+PONG\r\n" || string(buf[:n]) == "-NOAUTH"
 }
 
 // URL is the server's redis:// URL for database db.
