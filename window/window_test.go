@@ -116,7 +116,7 @@ var paramSets = []string{
 func TestLocalIsTheCoresWindow(t *testing.T) {
 	for pi, ps := range paramSets {
 		p := params(t, ps)
-		for seed := int64(1); seed <= 20; seed++ {
+		for seed := int64(1); seed <= 8; seed++ {
 			t.Run(fmt.Sprintf("params%d/seed%d", pi, seed), func(t *testing.T) {
 				rng := rand.New(rand.NewSource(seed))
 				l := window.NewLocal()
@@ -179,7 +179,7 @@ func TestBoardIsOneWindow(t *testing.T) {
 	for pi, ps := range paramSets {
 		p := params(t, ps)
 		for _, nodes := range []int{1, 3, 10} {
-			for seed := int64(1); seed <= 10; seed++ {
+			for seed := int64(1); seed <= 4; seed++ {
 				t.Run(fmt.Sprintf("params%d/nodes%d/seed%d", pi, nodes, seed), func(t *testing.T) {
 					rng := rand.New(rand.NewSource(seed))
 					b := window.NewBoard(24 * time.Hour) // no lease expires here
@@ -190,7 +190,7 @@ func TestBoardIsOneWindow(t *testing.T) {
 					}
 					r := &ref{w: thread.NewWindow(clause(t, ps))}
 					now := epoch
-					for i, s := range steps(rng, 3000, nodes) {
+					for i, s := range steps(rng, 2000, nodes) {
 						now = now.Add(s.advance)
 						until := now.Add(time.Hour)
 						n := ns[s.node]

@@ -669,6 +669,9 @@ func (b *Book) register(now time.Time) error {
 
 // fall enters fallback after err, logging it once, and starts probing.
 func (b *Book) fall(err error) {
+	if b.ctx.Err() != nil {
+		return // closing: the error is ours
+	}
 	if b.mode != cluster.Fallback {
 		b.log.Warn("cluster: redis unreachable; falling back to local windows", "store", b.cfg.Redacted(),
 			"node", b.cfg.Node, "nodes", b.nodes, "error", err)
