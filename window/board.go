@@ -80,14 +80,15 @@ func (b *Board) expire(d Dest, s *shared, now time.Time) {
 	n := len(s.leases)
 	s.leases = slices.DeleteFunc(s.leases, func(h held) bool { return !h.until.After(now) })
 	if len(s.leases) < n {
-		b.free(d, s, now)
+		b.free(d, s, now, false)
 	}
 }
 
-// free tells every node denied on d that a session may be free, if one
-// is; the asking node's own Free goes to its inbox like the others'.
-func (b *Board) free(d Dest, s *shared, now time.Time) {
-	if len(s.waiting) == 0 || s.rec.Window.Dead() || len(s.leases) >= s.rec.Window.Limit() {
+// free tells every node denied on d that its answer may have changed: a
+// session is free, or the destination just died (died). The asking node's
+// own Free goes to its inbox like the others'.
+func (b *Board) free(d Dest, s *shared, now time.Time, died bool) {
+	if len(s.waiting) == 0 || !died && (s.rec.Window.Dead() || len(s.leases) >= s.rec.Window.Limit()) {
 		return
 	}
 	for _, n := range s.waiting {
@@ -165,14 +166,14 @@ func (n *Node) Do(now time.Time, reqs []Request) []Event {
 				s.leases = slices.Delete(s.leases, i, i+1)
 			}
 			b.expire(d, s, now)
-			b.free(d, s, now)
+			b.free(d, s, now, false)
 		case Report:
 			s := b.dest(r.Dest, r.Params)
 			b.expire(r.Dest, s, now)
 			from, died := s.rec.Judge(r.Failed, r.DeadUntil, len(s.leases), now)
 			evs = append(evs, Event{Kind: Changed, Dest: r.Dest, From: from, Failed: r.Failed, Died: died,
 				Revived: from == 0 && !s.rec.Window.Dead(), State: b.state(s, n, now)})
-			b.free(r.Dest, s, now)
+			b.free(r.Dest, s, now, died)
 		}
 	}
 	evs = append(evs, n.inbox...)

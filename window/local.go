@@ -71,21 +71,22 @@ func (l *Local) Do(now time.Time, reqs []Request) []Event {
 			delete(l.leases, r.Lease)
 			o := l.dests[d]
 			o.busy--
-			evs = o.free(d, now, evs)
+			evs = o.free(d, now, evs, false)
 		case Report:
 			o := l.dest(r.Dest, r.Params)
 			from, died := o.rec.Judge(r.Failed, r.DeadUntil, o.busy, now)
 			evs = append(evs, Event{Kind: Changed, Dest: r.Dest, From: from, Failed: r.Failed, Died: died,
 				Revived: from == 0 && !o.rec.Window.Dead(), State: o.rec.State(now, o.busy, o.busy, 1)})
-			evs = o.free(r.Dest, now, evs)
+			evs = o.free(r.Dest, now, evs, died)
 		}
 	}
 	return evs
 }
 
-// free tells a denied asker that a session is free.
-func (o *own) free(d Dest, now time.Time, evs []Event) []Event {
-	if !o.waiting || o.rec.Window.Dead() || o.busy >= o.rec.Window.Limit() {
+// free tells a denied asker that its answer may have changed: a session
+// is free, or the destination just died (died).
+func (o *own) free(d Dest, now time.Time, evs []Event, died bool) []Event {
+	if !o.waiting || !died && (o.rec.Window.Dead() || o.busy >= o.rec.Window.Limit()) {
 		return evs
 	}
 	o.waiting = false

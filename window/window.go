@@ -132,9 +132,10 @@ const (
 	// Changed answers Report: the window after the judgement. It comes
 	// for every report, changed or not (the feedback trace).
 	Changed
-	// Free says a session may be free on Dest again after a Denied: a
-	// lease was released or expired, or the window grew or revived. Ask
-	// again if still wanted; another node may have taken it first.
+	// Free says the answer to a Denied on Dest may have changed: a lease
+	// was released or expired, the window grew or revived, or the
+	// destination died (asking again learns until when). Ask again if
+	// still wanted; another node may have taken the session first.
 	Free
 )
 

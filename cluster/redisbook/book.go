@@ -822,7 +822,7 @@ func (b *Book) local(r queued) {
 		}
 		b.busy[h.dest]--
 		b.setLeases()
-		b.freeLocal(h.dest, now)
+		b.freeLocal(h.dest, now, false)
 	case window.Report:
 		b.note(req.Dest)
 		f := b.fallbackFor(req.Dest, req.Params)
@@ -830,13 +830,13 @@ func (b *Book) local(r queued) {
 		from, died := f.rec.Judge(req.Failed, req.DeadUntil, busy, now)
 		b.emit(window.Event{Kind: window.Changed, Dest: req.Dest, From: from, Failed: req.Failed, Died: died,
 			Revived: from == 0 && !f.rec.Window.Dead(), State: f.state(now, busy, b.nodes)})
-		b.freeLocal(req.Dest, now)
+		b.freeLocal(req.Dest, now, died)
 	}
 }
 
-func (b *Book) freeLocal(d window.Dest, now time.Time) {
+func (b *Book) freeLocal(d window.Dest, now time.Time, died bool) {
 	f, ok := b.fb[d]
-	if !ok || !b.waiting[d] || f.rec.Window.Dead() || b.busy[d] >= f.rec.Window.Limit() {
+	if !ok || !b.waiting[d] || !died && (f.rec.Window.Dead() || b.busy[d] >= f.rec.Window.Limit()) {
 		return
 	}
 	delete(b.waiting, d)

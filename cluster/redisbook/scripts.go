@@ -149,10 +149,10 @@ local function beat(key, p)
   return redis.call('ZCARD', key)
 end
 
--- notify publishes a Free to every node denied on the destination while a
--- session is free, and forgets them.
-local function notify(waiting, n, c, now, channel, dest)
-  if c <= 0 or n >= c then return end
+-- notify publishes a Free to every node denied on the destination when a
+-- session is free or the destination just died, and forgets them.
+local function notify(waiting, n, c, now, channel, dest, died)
+  if not died and (c <= 0 or n >= c) then return end
   local ws = redis.call('ZRANGEBYSCORE', waiting, '(' .. now, '+inf')
   redis.call('DEL', waiting)
   for _, node in ipairs(ws) do redis.call('PUBLISH', channel .. node, dest) end
@@ -201,7 +201,7 @@ if kind == 'dead' then
   redis.call('PEXPIRE', KEYS[3], math.max(w.dead, now + p.lease) - now + p.lease)
 end
 save(KEYS[1], w, now)
-notify(KEYS[3], n, w.c, now, ARGV[15], ARGV[16])
+notify(KEYS[3], n, w.c, now, ARGV[15], ARGV[16], false)
 return reply(kind, retry, revived, w.c, 0, n, nn, w)
 `)
 
@@ -212,7 +212,7 @@ local now = tonumber(ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[2])
 local n = live(KEYS[2], now)
 local c = redis.call('HGET', KEYS[1], 'c')
-if c then notify(KEYS[3], n, tonumber(c), now, ARGV[3], ARGV[4]) end
+if c then notify(KEYS[3], n, tonumber(c), now, ARGV[3], ARGV[4], false) end
 return n
 `)
 
@@ -237,7 +237,7 @@ else
   if from == 0 then w.dead = 0 end
 end
 save(KEYS[1], w, now)
-notify(KEYS[3], n, w.c, now, ARGV[16], ARGV[17])
+notify(KEYS[3], n, w.c, now, ARGV[16], ARGV[17], died == 1)
 return reply('changed', 0, 0, from, died, n, nn, w)
 `)
 

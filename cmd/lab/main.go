@@ -45,6 +45,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return postfixLab(args[1:], stdout, stderr)
 	case "ceiling":
 		return ceiling(args[1:], stdout, stderr)
+	case "cluster":
+		return clusterLab(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

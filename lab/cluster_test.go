@@ -1,0 +1,52 @@
+package lab
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestClusterSharedIsOneScheduler: nodes sharing a window behave toward
+// the destination as one node with all their messages, and stay within
+// the limit plus one probe where local windows cannot (10 nodes against
+// 5 sessions: each node's window is at least 1).
+func TestClusterSharedIsOneScheduler(t *testing.T) {
+	runs := ClusterRuns(200, 1)
+	var rs []ClusterResult
+	for _, c := range runs {
+		r, err := RunCluster(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	var b bytes.Buffer
+	if err := WriteClusterTable(&b, rs); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + b.String())
+	for i := 0; i+2 < len(rs); i += 3 {
+		local, shared, one := rs[i], rs[i+1], rs[i+2]
+		if local.Shared || !shared.Shared || one.Nodes != 1 || one.Messages != shared.Nodes*shared.Messages {
+			t.Fatalf("rows out of order: %+v", rs)
+		}
+		if shared.Refusals > one.Refusals+one.Refusals/10+2 || float64(shared.Drain) > 1.1*float64(one.Drain) {
+			t.Errorf("%d nodes, limit %d: shared %d refusals, drained in %v; one node %d, %v",
+				shared.Nodes, shared.Limit, shared.Refusals, shared.Drain, one.Refusals, one.Drain)
+		}
+		if shared.Refusals >= local.Refusals || shared.Drain >= local.Drain {
+			t.Errorf("%d nodes, limit %d: shared (%d refusals, %v) no better than local windows (%d, %v)",
+				shared.Nodes, shared.Limit, shared.Refusals, shared.Drain, local.Refusals, local.Drain)
+		}
+	}
+	ten, tenLocal := rs[7], rs[6]
+	if ten.Nodes != 10 || !ten.Met() || ten.Peak > ten.Limit+1 {
+		t.Errorf("10 nodes against 5, shared: %+v; want the goals met", ten)
+	}
+	if tenLocal.Peak <= 10 {
+		t.Errorf("10 nodes, local windows peaked at %d sessions: the model does not load the limiter", tenLocal.Peak)
+	}
+	if !strings.Contains(b.String(), "shared goal") {
+		t.Errorf("table:\n%s", b.String())
+	}
+}
