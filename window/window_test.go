@@ -361,3 +361,40 @@ func TestWindowDoesNoIO(t *testing.T) {
 		t.Errorf("clock, randomness or goroutines in window:\n%s", src)
 	}
 }
+
+// TestDeniedLearnOfDeath: a node denied because the window was full is
+// told (Free) when the destination dies, so that it asks again and learns
+// the dead-until time, instead of waiting for a session to free that
+// never will (the lab's model stalled on it).
+func TestDeniedLearnOfDeath(t *testing.T) {
+	p := params(t, "initial_concurrency = 1")
+	until := epoch.Add(time.Minute)
+	for _, name := range []string{"local", "board"} {
+		l := window.NewLocal()
+		tc := struct {
+			name          string
+			asker, failer window.Book
+		}{name, l, l}
+		if name == "board" {
+			b := window.NewBoard(time.Hour)
+			tc.asker, tc.failer = b.Node("asker"), b.Node("failer")
+		}
+		acq := []window.Request{{Op: window.Acquire, Dest: dest, Params: p}}
+		tc.failer.Do(epoch, acq)
+		if ev := tc.asker.Do(epoch, acq)[0]; ev.Kind != window.Denied || ev.Reason != window.Full {
+			t.Fatalf("%s: %+v", tc.name, ev)
+		}
+		evs := tc.failer.Do(epoch, []window.Request{{Op: window.Report, Dest: dest, Params: p, Failed: true, DeadUntil: until}})
+		evs = append(evs, tc.asker.Do(epoch, nil)...)
+		free := false
+		for _, ev := range evs {
+			free = free || ev.Kind == window.Free
+		}
+		if !free {
+			t.Fatalf("%s: the destination died and the denied node heard nothing: %+v", tc.name, evs)
+		}
+		if ev := tc.asker.Do(epoch, acq)[0]; ev.Kind != window.Denied || ev.Reason != window.Dead || !ev.Retry.Equal(until) {
+			t.Fatalf("%s: asking again: %+v; want dead until %v", tc.name, ev, until)
+		}
+	}
+}
