@@ -559,3 +559,37 @@ func TestPasswordFile(t *testing.T) {
 		}
 	}
 }
+
+// TestFreeAcrossNodes: a node denied on a full window hears (Free, through
+// the store's channel) when another node's session ends, and when another
+// node's failure kills the destination — then asking again tells it until
+// when.
+func TestFreeAcrossNodes(t *testing.T) {
+	srv := redistest.New(t)
+	p := clauseParams(t, "initial_concurrency = 1")
+	clk := newClock(epoch)
+	a := newNode(t, srv.URL(0), "a", 30*time.Second, clk.Now)
+	b := newNode(t, srv.URL(0), "b", 30*time.Second, clk.Now)
+	shared(t, a, b)
+	g := a.acquire(epoch, p)
+	if ev := b.acquire(epoch, p); ev.Kind != window.Denied || ev.Reason != window.Full {
+		t.Fatalf("b: %+v", ev)
+	}
+	a.release(epoch, g.Lease)
+	if ev := b.next(window.Free); ev.Dest != dest {
+		t.Fatalf("b after a's release: %+v", ev)
+	}
+
+	a.acquire(epoch, p)
+	if ev := b.acquire(epoch, p); ev.Kind != window.Denied {
+		t.Fatalf("b again: %+v", ev)
+	}
+	until := epoch.Add(time.Minute)
+	if ev := a.ask(epoch, window.Request{Op: window.Report, Dest: dest, Params: p, Failed: true, DeadUntil: until}); !ev.Died {
+		t.Fatalf("a's failure at window 1: %+v", ev)
+	}
+	b.next(window.Free)
+	if ev := b.acquire(epoch, p); ev.Kind != window.Denied || ev.Reason != window.Dead || !ev.Retry.Equal(until) {
+		t.Fatalf("b asking after the death: %+v; want dead until %v", ev, until)
+	}
+}
