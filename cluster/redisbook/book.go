@@ -49,6 +49,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,18 +101,14 @@ type Book struct {
 	mode    cluster.Mode // the worker's copy of status.Mode
 	held    map[window.Lease]lease
 	shared  map[window.Lease]struct{} // held leases the store knows of
-	busy    map[window.Dest]int       // held leases by destination
 	seq     window.Lease
-	order   []window.Dest                // destinations in first-seen order
-	seen    map[window.Dest]struct{}     // of order
-	last    map[window.Dest]window.State // the last shared state seen
-	fb      map[window.Dest]*fallback    // fallback windows, while in fallback
-	waiting map[window.Dest]bool         // denied by a fallback window
-	stale   []lease                      // leases the store may count for nothing
-	nodes   int                          // live nodes at the last answer
-	pending []window.Event               // to deliver at the end of the turn
-	probing bool                         // a prober runs
-	up      chan struct{}                // the prober reached the store
+	dests   map[window.Dest]*dest
+	order   []window.Dest  // dests' keys in first-seen order: walks are deterministic
+	stale   []lease        // leases the store may count for nothing
+	nodes   int            // live nodes at the last answer
+	pending []window.Event // to deliver at the end of the turn
+	probing bool           // a prober runs
+	up      chan struct{}  // the prober reached the store
 	pubsub  *redis.PubSub
 	free    <-chan *redis.Message // Free notices for this node
 	renewAt time.Duration
@@ -130,10 +127,21 @@ type lease struct {
 	member string
 }
 
-// fallback is a destination's window while the store is unreachable.
-type fallback struct {
-	rec window.Record
+// dest is what the book knows of one destination.
+type dest struct {
+	busy    int            // leases held
+	last    window.State   // the last shared state seen
+	known   bool           // last is set
+	used    time.Time      // the last request on it
+	fb      *window.Record // its fallback window, while in fallback
+	waiting bool           // denied by the fallback window
 }
+
+// forget is how long the book remembers a destination without sessions
+// after its last request: the store's state outlives its last use as long
+// (the scripts' save), and a node comes back from fallback seeding what
+// the store may have lost in that time.
+const forget = time.Hour
 
 // New returns a book for cfg and starts its goroutines; Close stops them.
 // It does not wait for Redis: until the store answers, requests are
@@ -179,13 +187,9 @@ func New(cfg cluster.Config, opt Options) (*Book, error) {
 		events:  make(chan []window.Event),
 		done:    make(chan struct{}),
 		wake:    make(chan struct{}, 1),
-		member:  cfg.Node + ":" + strconv.FormatInt(now.UnixNano(), 36) + ":",
+		member:  cfg.Node + ":" + strconv.FormatInt(now.UnixNano(), 36) + "." + strconv.Itoa(os.Getpid()) + ":",
 		held:    make(map[window.Lease]lease),
-		busy:    make(map[window.Dest]int),
-		last:    make(map[window.Dest]window.State),
-		fb:      make(map[window.Dest]*fallback),
-		waiting: make(map[window.Dest]bool),
-		seen:    make(map[window.Dest]struct{}),
+		dests:   make(map[window.Dest]*dest),
 		shared:  make(map[window.Lease]struct{}),
 		up:      make(chan struct{}, 1),
 		nodes:   1,
@@ -304,7 +308,11 @@ func (b *Book) notice(payload string) {
 		return
 	}
 	d := window.Dest{Channel: ch, Host: host}
-	b.emit(window.Event{Kind: window.Free, Dest: d, State: b.view(d, b.last[d])})
+	var st window.State
+	if ds, ok := b.dests[d]; ok {
+		st = b.view(ds, ds.last)
+	}
+	b.emit(window.Event{Kind: window.Free, Dest: d, State: st})
 }
 
 func (b *Book) take() []queued {
@@ -351,7 +359,7 @@ func (b *Book) prepare(r queued) (c call, l window.Lease, ok bool) {
 	ms := r.now.UnixMilli()
 	switch req.Op {
 	case window.Acquire:
-		b.note(req.Dest)
+		b.dest(req.Dest, r.now)
 		b.seq++
 		l = b.seq
 		return call{acquire, b.destKeys(req.Dest, true),
@@ -364,7 +372,7 @@ func (b *Book) prepare(r queued) (c call, l window.Lease, ok bool) {
 		return call{release, b.destKeys(h.dest, false), []any{ms, h.member, b.cfg.Prefix + "free:", h.dest.String()}},
 			req.Lease, true
 	case window.Report:
-		b.note(req.Dest)
+		b.dest(req.Dest, r.now)
 		failed, until := "0", int64(0)
 		if req.Failed {
 			failed = "1"
@@ -412,12 +420,34 @@ func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 // and across the node's restarts.
 func (b *Book) memberOf(l window.Lease) string { return b.member + l.String() }
 
-// note remembers a destination's order of appearance.
-func (b *Book) note(d window.Dest) {
-	if _, ok := b.seen[d]; !ok {
-		b.seen[d] = struct{}{}
+// dest returns what the book knows of d, new if nothing, and notes a
+// request on it at now.
+func (b *Book) dest(d window.Dest, now time.Time) *dest {
+	ds, ok := b.dests[d]
+	if !ok {
+		ds = &dest{}
+		b.dests[d] = ds
 		b.order = append(b.order, d)
 	}
+	if now.After(ds.used) {
+		ds.used = now
+	}
+	return ds
+}
+
+// prune forgets the destinations without sessions unused since forget
+// before now.
+func (b *Book) prune(now time.Time) {
+	keep := b.order[:0]
+	for _, d := range b.order {
+		if ds := b.dests[d]; ds.busy == 0 && !ds.waiting && now.Sub(ds.used) > forget {
+			delete(b.dests, d)
+			continue
+		}
+		keep = append(keep, d)
+	}
+	clear(b.order[len(keep):])
+	b.order = keep
 }
 
 // exchange runs q's requests in the store, pipelined, and emits their
@@ -513,7 +543,7 @@ func (b *Book) answer(r queued, l window.Lease, cmd *redis.Cmd) error {
 		h := b.held[req.Lease]
 		delete(b.held, req.Lease)
 		delete(b.shared, req.Lease)
-		b.busy[h.dest]--
+		b.dests[h.dest].busy--
 		b.setLeases()
 		return nil
 	}
@@ -523,13 +553,14 @@ func (b *Book) answer(r queued, l window.Lease, cmd *redis.Cmd) error {
 	}
 	b.nodes = max(rep.nodes, 1)
 	st := rep.state(req.Params, r.now)
-	b.last[req.Dest] = st
+	ds := b.dest(req.Dest, r.now)
+	ds.last, ds.known = st, true
 	ev := window.Event{Dest: req.Dest}
 	switch rep.kind {
 	case "granted":
 		b.held[l] = lease{dest: req.Dest, member: b.memberOf(l)}
 		b.shared[l] = struct{}{}
-		b.busy[req.Dest]++
+		ds.busy++
 		b.setLeases()
 		ev.Kind, ev.Lease, ev.Revived = window.Granted, l, rep.revived
 	case "full", "dead":
@@ -543,14 +574,14 @@ func (b *Book) answer(r queued, l window.Lease, cmd *redis.Cmd) error {
 	default:
 		return fmt.Errorf("redisbook: %s %s: unknown answer %q", req.Op, req.Dest, rep.kind)
 	}
-	ev.State = b.view(req.Dest, st)
+	ev.State = b.view(ds, st)
 	b.emit(ev)
 	return nil
 }
 
 // view completes a state with what only this node knows.
-func (b *Book) view(d window.Dest, st window.State) window.State {
-	st.Mine = b.busy[d]
+func (b *Book) view(ds *dest, st window.State) window.State {
+	st.Mine = ds.busy
 	st.Nodes = max(st.Nodes, 1)
 	return st
 }
@@ -629,6 +660,7 @@ func (b *Book) renew() {
 		return
 	}
 	now := b.clock()
+	b.prune(now)
 	if err := b.register(now); err != nil {
 		b.fall(err)
 	}
@@ -676,7 +708,9 @@ func (b *Book) fall(err error) {
 		b.log.Warn("cluster: redis unreachable; falling back to local windows", "store", b.cfg.Redacted(),
 			"node", b.cfg.Node, "nodes", b.nodes, "error", err)
 		b.mode = cluster.Fallback
-		clear(b.fb)
+		for _, ds := range b.dests {
+			ds.fb = nil
+		}
 		b.mu.Lock()
 		b.status.Mode, b.status.Since, b.status.Err = cluster.Fallback, b.clock(), err.Error()
 		b.status.Fallbacks++
@@ -736,10 +770,11 @@ func (b *Book) reconcile() {
 	ctx, cancel := context.WithTimeout(b.ctx, 2*ioTimeout)
 	pipe := b.rdb.Pipeline()
 	for _, d := range b.order {
-		st, ok := b.last[d]
-		if !ok {
+		ds := b.dests[d]
+		if !ds.known {
 			continue
 		}
+		st := ds.last
 		w := st.Window
 		cat, dead := int64(0), int64(0)
 		if !w.CeilingAt.IsZero() {
@@ -774,12 +809,13 @@ func (b *Book) reconcile() {
 	}
 	// Whoever the fallback denied asks the shared window now.
 	for _, d := range b.order {
-		if b.waiting[d] {
-			delete(b.waiting, d)
-			b.emit(window.Event{Kind: window.Free, Dest: d, State: b.view(d, b.last[d])})
+		ds := b.dests[d]
+		ds.fb = nil
+		if ds.waiting {
+			ds.waiting = false
+			b.emit(window.Event{Kind: window.Free, Dest: d, State: b.view(ds, ds.last)})
 		}
 	}
-	clear(b.fb)
 }
 
 // local answers one request from the fallback windows.
@@ -787,28 +823,26 @@ func (b *Book) local(r queued) {
 	req, now := r.req, r.now
 	switch req.Op {
 	case window.Acquire:
-		b.note(req.Dest)
-		f := b.fallbackFor(req.Dest, req.Params)
-		busy := b.busy[req.Dest]
-		ok, why, revived := f.rec.Admit(busy, now)
-		st := f.state(now, busy, b.nodes)
+		ds := b.dest(req.Dest, now)
+		f := b.fallback(ds, req.Params)
+		ok, why, revived := f.Admit(ds.busy, now)
 		if !ok {
-			b.waiting[req.Dest] = true
+			ds.waiting = true
 			var retry time.Time
 			if why == window.Dead {
-				retry = f.rec.DeadUntil
+				retry = f.DeadUntil
 			}
 			b.emit(window.Event{Kind: window.Denied, Dest: req.Dest, Reason: why, Retry: retry, Revived: revived,
-				State: st})
+				State: b.fallbackState(ds, now)})
 			return
 		}
 		b.seq++
 		l := b.seq
 		b.held[l] = lease{dest: req.Dest, member: b.memberOf(l)}
-		b.busy[req.Dest]++
+		ds.busy++
 		b.setLeases()
 		b.emit(window.Event{Kind: window.Granted, Dest: req.Dest, Lease: l, Revived: revived,
-			State: f.state(now, busy+1, b.nodes)})
+			State: b.fallbackState(ds, now)})
 	case window.Release:
 		h, ok := b.held[req.Lease]
 		if !ok {
@@ -820,61 +854,58 @@ func (b *Book) local(r queued) {
 			delete(b.shared, req.Lease)
 			b.stale = append(b.stale, h)
 		}
-		b.busy[h.dest]--
+		ds := b.dests[h.dest]
+		ds.busy--
 		b.setLeases()
-		b.freeLocal(h.dest, now, false)
+		b.freeLocal(h.dest, ds, now, false)
 	case window.Report:
-		b.note(req.Dest)
-		f := b.fallbackFor(req.Dest, req.Params)
-		busy := b.busy[req.Dest]
-		from, died := f.rec.Judge(req.Failed, req.DeadUntil, busy, now)
+		ds := b.dest(req.Dest, now)
+		f := b.fallback(ds, req.Params)
+		from, died := f.Judge(req.Failed, req.DeadUntil, ds.busy, now)
 		b.emit(window.Event{Kind: window.Changed, Dest: req.Dest, From: from, Failed: req.Failed, Died: died,
-			Revived: from == 0 && !f.rec.Window.Dead(), State: f.state(now, busy, b.nodes)})
-		b.freeLocal(req.Dest, now, died)
+			Revived: from == 0 && !f.Window.Dead(), State: b.fallbackState(ds, now)})
+		b.freeLocal(req.Dest, ds, now, died)
 	}
 }
 
-func (b *Book) freeLocal(d window.Dest, now time.Time, died bool) {
-	f, ok := b.fb[d]
-	if !ok || !b.waiting[d] || !died && (f.rec.Window.Dead() || b.busy[d] >= f.rec.Window.Limit()) {
+// freeLocal tells the core, denied by d's fallback window, that its
+// answer may have changed.
+func (b *Book) freeLocal(d window.Dest, ds *dest, now time.Time, died bool) {
+	f := ds.fb
+	if f == nil || !ds.waiting || !died && (f.Window.Dead() || ds.busy >= f.Window.Limit()) {
 		return
 	}
-	delete(b.waiting, d)
-	b.emit(window.Event{Kind: window.Free, Dest: d, State: f.state(now, b.busy[d], b.nodes)})
+	ds.waiting = false
+	b.emit(window.Event{Kind: window.Free, Dest: d, State: b.fallbackState(ds, now)})
 }
 
-func (f *fallback) state(now time.Time, busy, nodes int) window.State {
-	st := f.rec.State(now, busy, busy, nodes)
+func (b *Book) fallbackState(ds *dest, now time.Time) window.State {
+	st := ds.fb.State(now, ds.busy, ds.busy, b.nodes)
 	st.Fallback = true
 	return st
 }
 
-// fallbackFor returns d's fallback window, made on first use from the
-// last shared state seen: the node's share of the shared window, its last
-// window divided by the live nodes last seen, at least 1 (the node's
-// initial window shared alike when it never saw d).
-func (b *Book) fallbackFor(d window.Dest, p window.Params) *fallback {
-	capped := func(p window.Params) window.Params {
-		st, ok := b.last[d]
-		shared := min(p.Initial, p.Max)
-		if ok && st.Limit() > 0 {
-			shared = st.Limit()
-		}
-		p.Max = max(1, min(p.Max, shared/max(b.nodes, 1)))
-		return p
+// fallback returns a destination's fallback window, made on first use
+// from the last shared state seen. Its limit is the node's share of the
+// shared window: the last window divided by the live nodes last seen, at
+// least 1 (the initial window shared alike when the node never saw it).
+func (b *Book) fallback(ds *dest, p window.Params) *window.Record {
+	p = normal(p)
+	shared := min(p.Initial, p.Max)
+	if ds.known && ds.last.Limit() > 0 {
+		shared = ds.last.Limit()
 	}
-	p = capped(normal(p))
-	f, ok := b.fb[d]
-	if !ok {
-		f = &fallback{rec: window.NewRecord(p)}
-		if st, ok := b.last[d]; ok {
-			f.rec.Window.Restore(st.Window)
-			f.rec.DeadUntil = st.DeadUntil
+	p.Max = max(1, min(p.Max, shared/max(b.nodes, 1)))
+	if ds.fb == nil {
+		rec := window.NewRecord(p)
+		if ds.known {
+			rec.Window.Restore(ds.last.Window)
+			rec.DeadUntil = ds.last.DeadUntil
 		}
-		b.fb[d] = f
+		ds.fb = &rec
 	}
-	p.Apply(&f.rec.Window)
-	return f
+	p.Apply(&ds.fb.Window)
+	return ds.fb
 }
 
 // leave removes the node's leases and liveness from the store, if it can

@@ -26,7 +26,7 @@ import (
 	"zsched/window"
 )
 
-var dest = window.Dest{Channel: "smtp", Host: "limited.test"}
+var testDest = window.Dest{Channel: "smtp", Host: "limited.test"}
 
 // clock is a test's time: requests carry it, renewals read it.
 type clock struct {
@@ -141,7 +141,7 @@ func (n *node) ask(now time.Time, r window.Request) window.Event {
 
 func (n *node) acquire(now time.Time, p window.Params) window.Event {
 	n.t.Helper()
-	return n.ask(now, window.Request{Op: window.Acquire, Dest: dest, Params: p})
+	return n.ask(now, window.Request{Op: window.Acquire, Dest: testDest, Params: p})
 }
 
 // release ends a lease and waits until the book has carried it out.
@@ -244,7 +244,7 @@ func TestBookIsOneWindow(t *testing.T) {
 				default:
 					fail := rng.Intn(10) == 0 || failing && rng.Intn(3) > 0
 					until := now.Add(time.Minute)
-					ev := n.ask(now, window.Request{Op: window.Report, Dest: dest, Params: p, Failed: fail, DeadUntil: until})
+					ev := n.ask(now, window.Request{Op: window.Report, Dest: testDest, Params: p, Failed: fail, DeadUntil: until})
 					r.report(fail, until, now)
 					if ev.Kind != window.Changed || ev.State.Window != r.w.State() || ev.State.Leases != r.busy ||
 						ev.State.Mine != len(leases[k]) || ev.State.Nodes != 3 {
@@ -290,7 +290,7 @@ func helper(spec string) {
 	p := window.Params{Max: 20, Initial: 5, CohortLimit: 1, ProbeFactor: 10}
 	reqs := make([]window.Request, k)
 	for i := range reqs {
-		reqs[i] = window.Request{Op: window.Acquire, Dest: dest, Params: p}
+		reqs[i] = window.Request{Op: window.Acquire, Dest: testDest, Params: p}
 	}
 	b.Do(now, reqs)
 	granted := 0
@@ -387,7 +387,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	if st.Mode != cluster.Fallback || st.Err == "" || st.Fallbacks != 1 || !strings.Contains(st.String(), "cluster: fallback") {
 		t.Fatalf("status %+v (%s)", st, st)
 	}
-	ev = a.ask(now, window.Request{Op: window.Report, Dest: dest, Params: p})
+	ev = a.ask(now, window.Request{Op: window.Report, Dest: testDest, Params: p})
 	if ev.Kind != window.Changed || !ev.State.Fallback {
 		t.Fatalf("report without the store: %+v", ev)
 	}
@@ -397,7 +397,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return a.b.Status().Mode == cluster.Shared }, "node a to reconnect")
-	if ev := a.next(window.Free); ev.Dest != dest {
+	if ev := a.next(window.Free); ev.Dest != testDest {
 		t.Fatalf("free after reconnecting: %+v", ev)
 	}
 	if st := a.b.Status(); st.Reconnects != 1 || st.Err != "" || st.Leases != 1 {
@@ -463,7 +463,7 @@ func TestSessionsNeverExceedTheWindow(t *testing.T) {
 		go func(n *node) {
 			defer wg.Done()
 			for done := 0; done < sessions; {
-				n.b.Do(time.Now(), []window.Request{{Op: window.Acquire, Dest: dest, Params: p}})
+				n.b.Do(time.Now(), []window.Request{{Op: window.Acquire, Dest: testDest, Params: p}})
 				ev := n.nextNoFatal(0)
 				switch {
 				case ev == nil:
@@ -480,7 +480,7 @@ func TestSessionsNeverExceedTheWindow(t *testing.T) {
 				r := running.Add(1)
 				for m := peak.Load(); r > m && !peak.CompareAndSwap(m, r); m = peak.Load() {
 				}
-				n.b.Do(time.Now(), []window.Request{{Op: window.Report, Dest: dest, Params: p}})
+				n.b.Do(time.Now(), []window.Request{{Op: window.Report, Dest: testDest, Params: p}})
 				n.nextNoFatal(window.Changed)
 				running.Add(-1) // before the store hears of the release
 				n.b.Do(time.Now(), []window.Request{{Op: window.Release, Lease: ev.Lease}})
@@ -547,7 +547,7 @@ func TestPasswordFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.Do(epoch, []window.Request{{Op: window.Acquire, Dest: dest, Params: p}})
+		b.Do(epoch, []window.Request{{Op: window.Acquire, Dest: testDest, Params: p}})
 		evs := <-b.Events()
 		st := b.Status()
 		b.Close()
@@ -576,7 +576,7 @@ func TestFreeAcrossNodes(t *testing.T) {
 		t.Fatalf("b: %+v", ev)
 	}
 	a.release(epoch, g.Lease)
-	if ev := b.next(window.Free); ev.Dest != dest {
+	if ev := b.next(window.Free); ev.Dest != testDest {
 		t.Fatalf("b after a's release: %+v", ev)
 	}
 
@@ -585,11 +585,27 @@ func TestFreeAcrossNodes(t *testing.T) {
 		t.Fatalf("b again: %+v", ev)
 	}
 	until := epoch.Add(time.Minute)
-	if ev := a.ask(epoch, window.Request{Op: window.Report, Dest: dest, Params: p, Failed: true, DeadUntil: until}); !ev.Died {
+	if ev := a.ask(epoch, window.Request{Op: window.Report, Dest: testDest, Params: p, Failed: true, DeadUntil: until}); !ev.Died {
 		t.Fatalf("a's failure at window 1: %+v", ev)
 	}
 	b.next(window.Free)
 	if ev := b.acquire(epoch, p); ev.Kind != window.Denied || ev.Reason != window.Dead || !ev.Retry.Equal(until) {
 		t.Fatalf("b asking after the death: %+v; want dead until %v", ev, until)
+	}
+}
+
+// TestPruneForgetsIdleDestinations: the book's memory follows the
+// destinations in use, not every one it ever saw.
+func TestPruneForgetsIdleDestinations(t *testing.T) {
+	b := &Book{dests: make(map[window.Dest]*dest)}
+	idle, busy, waiting, recent := window.Dest{Channel: "smtp", Host: "idle"}, window.Dest{Channel: "smtp", Host: "busy"},
+		window.Dest{Channel: "smtp", Host: "waiting"}, window.Dest{Channel: "smtp", Host: "recent"}
+	b.dest(idle, epoch)
+	b.dest(busy, epoch).busy = 1
+	b.dest(waiting, epoch).waiting = true
+	b.dest(recent, epoch.Add(forget))
+	b.prune(epoch.Add(forget + time.Second))
+	if _, ok := b.dests[idle]; ok || len(b.dests) != 3 || len(b.order) != 3 || b.order[0] != busy || b.order[2] != recent {
+		t.Fatalf("after prune: %v", b.order)
 	}
 }
