@@ -46,15 +46,16 @@ func ParamsOf(c *config.Clause) Params {
 		CohortLimit: w.CohortLimit, Learn: w.Learn, ProbeFactor: w.ProbeFactor, TTL: w.TTL}
 }
 
-// normal applies thread.NewWindow's lower bounds.
-func (p Params) normal() Params {
+// Normal applies thread.NewWindow's lower bounds: what every book
+// computes with.
+func (p Params) Normal() Params {
 	p.Max, p.Initial, p.ProbeFactor = max(p.Max, 1), max(p.Initial, 1), max(p.ProbeFactor, 1)
 	return p
 }
 
 // New returns a fresh window with p: a destination's first state.
 func (p Params) New() thread.Window {
-	p = p.normal()
+	p = p.Normal()
 	w := thread.Window{}
 	p.Apply(&w)
 	w.Concurrency = min(p.Initial, p.Max)
@@ -66,7 +67,7 @@ func (p Params) New() thread.Window {
 // window never above maxthr, a ceiling only while the clause learns one.
 // The Redis script's apply does exactly this.
 func (p Params) Apply(w *thread.Window) {
-	p = p.normal()
+	p = p.Normal()
 	w.Max, w.Initial, w.Positive, w.Negative = p.Max, p.Initial, p.Positive, p.Negative
 	w.CohortLimit, w.Learn, w.ProbeFactor, w.TTL = p.CohortLimit, p.Learn, p.ProbeFactor, p.TTL
 	w.Concurrency = min(w.Concurrency, w.Max)

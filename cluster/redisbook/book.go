@@ -397,7 +397,7 @@ func (b *Book) destKeys(d window.Dest, nodes bool) []string {
 // args are a script's ARGV 1–13: the time, the lease, the node and the
 // destination's settings.
 func (b *Book) args(ms int64, p window.Params) []any {
-	p = normal(p)
+	p = p.Normal()
 	learn := "0"
 	if p.Learn {
 		learn = "1"
@@ -405,12 +405,6 @@ func (b *Book) args(ms int64, p window.Params) []any {
 	return []any{ms, b.cfg.Lease.Milliseconds(), b.cfg.Node, p.Max, p.Initial,
 		int(p.Positive.Kind), fmtFloat(p.Positive.Value), int(p.Negative.Kind), fmtFloat(p.Negative.Value),
 		p.CohortLimit, learn, p.ProbeFactor, p.TTL.Milliseconds()}
-}
-
-// normal applies thread.NewWindow's lower bounds, as window.Params.New.
-func normal(p window.Params) window.Params {
-	p.Max, p.Initial, p.ProbeFactor = max(p.Max, 1), max(p.Initial, 1), max(p.ProbeFactor, 1)
-	return p
 }
 
 // fmtFloat writes f so that Lua's tonumber reads the same double.
@@ -890,7 +884,7 @@ func (b *Book) fallbackState(ds *dest, now time.Time) window.State {
 // shared window: the last window divided by the live nodes last seen, at
 // least 1 (the initial window shared alike when the node never saw it).
 func (b *Book) fallback(ds *dest, p window.Params) *window.Record {
-	p = normal(p)
+	p = p.Normal()
 	shared := min(p.Initial, p.Max)
 	if ds.known && ds.last.Limit() > 0 {
 		shared = ds.last.Limit()

@@ -48,33 +48,41 @@ func (c *clock) Set(t time.Time) {
 	c.mu.Unlock()
 }
 
-// logWriter routes a book's log to t.Log.
-type logWriter struct{ t testing.TB }
+// logWriter routes a book's log to t.Log, counting the fallback lines.
+type logWriter struct {
+	t     testing.TB
+	falls *atomic.Int64
+}
 
 func (w logWriter) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), "falling back") {
+		w.falls.Add(1)
+	}
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
 
 // node is one book under test, with the events it delivered not yet read.
 type node struct {
-	t    testing.TB
-	b    *Book
-	mu   sync.Mutex
-	evs  []window.Event
-	got  chan struct{}
-	done chan struct{}
+	t     testing.TB
+	b     *Book
+	falls atomic.Int64 // fallback lines logged
+	mu    sync.Mutex
+	evs   []window.Event
+	got   chan struct{}
+	done  chan struct{}
 }
 
 func newNode(t testing.TB, url, name string, lease time.Duration, now func() time.Time) *node {
 	t.Helper()
 	cfg := cluster.Config{Redis: url, Node: name, Lease: lease, Prefix: "t:"}
-	b, err := New(cfg, Options{Log: hclog.New(&hclog.LoggerOptions{Name: name, Output: logWriter{t}, Level: hclog.Info}),
+	n := &node{t: t, got: make(chan struct{}, 1), done: make(chan struct{})}
+	b, err := New(cfg, Options{Log: hclog.New(&hclog.LoggerOptions{Name: name, Output: logWriter{t, &n.falls}, Level: hclog.Info}),
 		Clock: now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{t: t, b: b, got: make(chan struct{}, 1), done: make(chan struct{})}
+	n.b = b
 	go func() {
 		for {
 			select {
@@ -392,6 +400,9 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		t.Fatalf("report without the store: %+v", ev)
 	}
 	a.release(now, first.Lease) // the store still counts it: stale
+	if st := a.b.Status(); st.Fallbacks != 1 || a.falls.Load() != 1 {
+		t.Fatalf("%d fallbacks, %d logged; want one of each for one outage", st.Fallbacks, a.falls.Load())
+	}
 
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
