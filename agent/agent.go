@@ -78,9 +78,22 @@ const (
 	// bytes, for the log; the rest of the line is discarded and the next
 	// line is delivered normally. The daemon kills such an agent.
 	TooLong
-	// Exited is the last event of an agent: the process has been reaped
-	// and all of its output delivered.
+	// Exited is the last event of an agent: the process has been reaped,
+	// no process of its group is left, and all of its output has been
+	// delivered.
 	Exited
+	// Stderr is one line of the agent's stderr when it has a stream of its
+	// own (Pipes), without its "\n"; a line over MaxLine is cut to its
+	// first bytes. It is the agent's own words, not protocol.
+	Stderr
+	// Synced answers Sync: every line the agent had written before the
+	// call has been sent before it.
+	Synced
+	// Lingering says the agent's process has exited while other processes
+	// of its group still run (a child it forked to deliver): Exited waits
+	// for them. Event.Line holds how many there were. At most one per
+	// agent.
+	Lingering
 )
 
 func (k EventKind) String() string {
@@ -91,6 +104,12 @@ func (k EventKind) String() string {
 		return "toolong"
 	case Exited:
 		return "exited"
+	case Stderr:
+		return "stderr"
+	case Synced:
+		return "synced"
+	case Lingering:
+		return "lingering"
 	}
 	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -123,6 +142,11 @@ type Proc struct {
 	writerDone chan struct{} // closed when the writer goroutine has returned
 	done       chan struct{} // closed after the Exited event was sent
 
+	// smu orders Sync against the output reader's deadlines.
+	smu        sync.Mutex
+	syncing    bool // a Sync is pending: the reader owes a Synced event
+	readerDone bool // the output reader has returned: no Synced will come
+
 	mu      sync.Mutex
 	cond    sync.Cond // on mu: wakes the writer
 	queued  []byte    // backlog the writer has not taken yet
@@ -130,8 +154,10 @@ type Proc struct {
 	ending  bool      // End called: the writer finishes the input and returns
 	stopped bool      // Kill called, write failed or process gone: writes dropped
 	killed  bool
-	reaped  bool // under mu, for the kill timer
-	timer   *time.Timer
+	// reaped, under mu: the group is empty and the agent is being reaped,
+	// so its pid (the group id) may be recycled: no signal any more.
+	reaped bool
+	timer  *time.Timer
 }
 
 // Start starts the agent. Every Line/TooLong event of this agent is sent on
@@ -198,7 +224,7 @@ func Start(id int, spec Spec, events chan<- Event, log hclog.Logger) (*Proc, err
 	outDone := make(chan struct{})
 	go func() {
 		defer close(outDone)
-		readErr = p.read(w.out, &split, p.emit)
+		readErr = p.readOut(&split)
 	}()
 	errDone := make(chan struct{})
 	if w.stderr != nil {
@@ -350,9 +376,10 @@ func (p *Proc) CloseInput(partial string) {
 	p.cond.Signal()
 }
 
-// Kill terminates the agent: its backlog is dropped and its input closed,
-// then SIGTERM, then SIGKILL after grace if it is still alive (at once if
-// grace <= 0). Idempotent; never blocks. The Exited event follows as usual.
+// Kill terminates the agent and every process of its group: its backlog is
+// dropped and its input closed, then SIGTERM to the group, then SIGKILL to
+// what is left of it after grace (at once if grace <= 0). Idempotent; never
+// blocks. The Exited event follows as usual, once the group is empty.
 func (p *Proc) Kill(grace time.Duration) {
 	p.mu.Lock()
 	if p.killed || p.reaped {
@@ -367,11 +394,10 @@ func (p *Proc) Kill(grace time.Duration) {
 	} else {
 		p.timer = time.AfterFunc(grace, p.graceExpired)
 	}
-	// Under mu, so the process cannot be reaped in between and a signal
-	// error means something.
-	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		p.log.Warn("signal failed", "signal", sig, "error", err)
-	}
+	// Under mu, so the agent cannot be reaped in between: the group id is
+	// still held by its unreaped leader, and a signal error means
+	// something.
+	p.signalGroup(sig)
 	p.mu.Unlock()
 	p.log.Debug("agent killed", "signal", sig, "grace", grace)
 	// Unblock a writer stuck on an agent that does not read.
@@ -385,8 +411,14 @@ func (p *Proc) graceExpired() {
 		return
 	}
 	p.log.Debug("grace expired, sending SIGKILL")
-	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		p.log.Warn("kill failed", "error", err)
+	p.signalGroup(syscall.SIGKILL)
+}
+
+// signalGroup sends sig to every process of the agent's group. Called with
+// mu held and reaped false.
+func (p *Proc) signalGroup(sig syscall.Signal) {
+	if err := unix.Kill(-p.pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+		p.log.Warn("signal failed", "signal", sig, "error", err)
 	}
 }
 
@@ -457,6 +489,115 @@ func (p *Proc) emit(line string, tooLong bool) {
 	p.events <- Event{ID: p.id, Kind: Line, Line: line}
 }
 
+// Sync asks the output reader to take everything the agent has written so
+// far without waiting for more, and to send a Synced event after the lines
+// it read. The caller learns that nothing the agent wrote before the call is
+// still unread: the scheduler calls it before it judges an agent silent, so
+// that its own stall (a SIGSTOP, a long turn) is not taken for the agent's.
+// It returns false when no Synced will come: the reader has finished, and
+// every line it read is already on the channel. Several calls before the
+// Synced event get one. Never blocks.
+func (p *Proc) Sync() bool {
+	p.smu.Lock()
+	defer p.smu.Unlock()
+	if p.readerDone {
+		return false
+	}
+	if !p.syncing {
+		p.syncing = true
+		// A deadline in the past wakes a reader blocked in Read, and fails
+		// its next Read at once.
+		p.w.out.SetReadDeadline(time.Unix(1, 0))
+	}
+	return true
+}
+
+// readOut reads the protocol stream and emits its lines until its end. It
+// returns nil at a normal end, ErrOutputHeld if the output stayed open and
+// silent for p.drain after the process exited, or the read error. It
+// answers Sync requests (Synced), one at its end too if one is pending.
+func (p *Proc) readOut(split *splitter) (err error) {
+	e := p.w.out
+	defer func() {
+		p.smu.Lock()
+		owed := p.syncing
+		p.syncing, p.readerDone = false, true
+		p.smu.Unlock()
+		if owed {
+			p.events <- Event{ID: p.id, Kind: Synced}
+		}
+	}()
+	buf := make([]byte, readChunk)
+	for {
+		p.smu.Lock()
+		if p.exited.Load() && !p.syncing {
+			// Reset before every read: time spent blocked on the events
+			// channel must not count against the agent.
+			e.SetReadDeadline(time.Now().Add(p.drain))
+		}
+		p.smu.Unlock()
+		n, err := e.Read(buf)
+		split.split(buf[:n], p.emit)
+		switch {
+		case err == nil:
+		case p.w.eof(err):
+			return nil
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			p.smu.Lock()
+			owed := p.syncing
+			if owed {
+				p.syncing = false
+				e.SetReadDeadline(time.Time{})
+			}
+			p.smu.Unlock()
+			if !owed {
+				return ErrOutputHeld
+			}
+			// The deadline failed the read before it looked: read what is
+			// there now, without waiting, then answer.
+			end, err := p.readAvailable(e, buf, split)
+			p.events <- Event{ID: p.id, Kind: Synced}
+			if end {
+				return err
+			}
+		default:
+			return fmt.Errorf("agent: read: %w", err)
+		}
+	}
+}
+
+// readAvailable reads from e what can be read without waiting. end reports
+// the end of the stream, with the read error if it was not a normal end.
+func (p *Proc) readAvailable(e endpoint, buf []byte, split *splitter) (end bool, err error) {
+	rc, err := e.SyscallConn()
+	if err != nil {
+		return true, fmt.Errorf("agent: read: %w", err)
+	}
+	for {
+		var n int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			n, rerr = unix.Read(int(fd), buf)
+			return true // never wait: only what is there now
+		}); err != nil {
+			return true, fmt.Errorf("agent: read: %w", err)
+		}
+		switch {
+		case rerr == nil && n > 0:
+			split.split(buf[:n], p.emit)
+		case rerr == nil:
+			return true, nil // EOF
+		case errors.Is(rerr, unix.EAGAIN):
+			return false, nil
+		case errors.Is(rerr, unix.EINTR):
+		case p.w.eof(rerr):
+			return true, nil
+		default:
+			return true, fmt.Errorf("agent: read: %w", rerr)
+		}
+	}
+}
+
 // read splits everything from e into lines for emit until the end of the
 // output. It returns nil at a normal end, ErrOutputHeld if the output stayed
 // open and silent for p.drain after the process exited, or the read error.
@@ -464,8 +605,6 @@ func (p *Proc) read(e endpoint, split *splitter, emit func(string, bool)) error 
 	buf := make([]byte, readChunk)
 	for {
 		if p.exited.Load() {
-			// Reset before every read: time spent blocked on the events
-			// channel must not count against the agent.
 			e.SetReadDeadline(time.Now().Add(p.drain))
 		}
 		n, err := e.Read(buf)
@@ -482,11 +621,12 @@ func (p *Proc) read(e endpoint, split *splitter, emit func(string, bool)) error 
 	}
 }
 
-// readStderr logs the agent's stderr (Pipes mode) line by line.
+// readStderr sends the agent's stderr (Pipes mode) as Stderr events, line
+// by line.
 func (p *Proc) readStderr(e endpoint) {
 	split := splitter{max: MaxLine}
-	err := p.read(e, &split, func(line string, tooLong bool) {
-		p.log.Debug("agent stderr", "line", line, "truncated", tooLong)
+	err := p.read(e, &split, func(line string, _ bool) {
+		p.events <- Event{ID: p.id, Kind: Stderr, Line: line}
 	})
 	if n := split.pending(); n > 0 {
 		p.log.Debug("agent stderr: lost unterminated line", "bytes", n)
@@ -496,23 +636,38 @@ func (p *Proc) readStderr(e endpoint) {
 	}
 }
 
-// monitor reaps the process, then waits for the writer and the readers to
-// finish, releases the descriptors and sends Exited.
+// monitor waits for the agent's process to exit, then for its process
+// group to empty, reaps it, waits for the writer and the readers to finish,
+// releases the descriptors and sends Exited.
 func (p *Proc) monitor(outDone, errDone <-chan struct{}, split *splitter, readErr *error) {
-	err := p.cmd.Wait()
+	p.waitLeader()
+	// The agent is gone: nothing more is written to it, whoever else holds
+	// its input.
 	p.mu.Lock()
-	p.reaped = true
-	p.exited.Store(true)
-	if p.timer != nil {
-		p.timer.Stop()
-	}
 	p.stopLocked()
 	p.mu.Unlock()
 	p.w.in.SetWriteDeadline(time.Now())
+	if ms := members(p.pid); len(ms) > 0 {
+		p.log.Info("agent exited; processes of its group still run", "processes", len(ms))
+		p.events <- Event{ID: p.id, Kind: Lingering, Line: strconv.Itoa(len(ms))}
+		p.waitGroup(ms)
+	}
+	p.mu.Lock()
+	p.reaped = true
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.mu.Unlock()
+	err := p.cmd.Wait()
+	p.exited.Store(true)
 	<-p.writerDone
 
 	// Readers blocked now get the drain deadline; later reads set their own.
-	p.w.out.SetReadDeadline(time.Now().Add(p.drain))
+	p.smu.Lock()
+	if !p.syncing {
+		p.w.out.SetReadDeadline(time.Now().Add(p.drain))
+	}
+	p.smu.Unlock()
 	if p.w.stderr != nil {
 		p.w.stderr.SetReadDeadline(time.Now().Add(p.drain))
 	}
@@ -524,11 +679,7 @@ func (p *Proc) monitor(outDone, errDone <-chan struct{}, split *splitter, readEr
 	if err == nil {
 		err = *readErr
 	}
-	lvl := hclog.Debug
-	if err != nil || partial > 0 {
-		lvl = hclog.Info
-	}
-	p.log.Log(lvl, "agent exited", "status", statusOf(err), "lost_bytes", partial)
+	p.log.Debug("agent exited", "status", statusOf(err), "lost_bytes", partial)
 	p.events <- Event{ID: p.id, Kind: Exited, Err: err, Partial: partial}
 	close(p.done)
 }

@@ -117,11 +117,14 @@ func testLogger(t *testing.T) (hclog.Logger, *logSink) {
 
 // harness runs one agent and reads its events.
 type harness struct {
-	t    *testing.T
-	p    *Proc
-	ev   chan Event
-	exit *Event
-	logs *logSink
+	t      *testing.T
+	p      *Proc
+	ev     chan Event
+	exit   *Event
+	logs   *logSink
+	stderr []string // Stderr events, which exited collects aside
+	// lingering is a Lingering event grandchild read before the pid line.
+	lingering *Event
 }
 
 const testID = 42
@@ -159,11 +162,15 @@ func start(t *testing.T, spec Spec) *harness {
 	return h
 }
 
-// cleanup kills the agent if it still runs, waits for Exited, and checks
-// that nothing of it is left.
+// cleanup checks that nothing of the agent is left: its process and its
+// whole group gone, no event after Exited. An agent a passing test left
+// running is a failure (a leak), killed only so that it goes no further.
 func (h *harness) cleanup() {
 	t := h.t
 	if h.exit == nil {
+		if !t.Failed() {
+			t.Errorf("agent %d still running at the end of the test", h.p.Pid())
+		}
 		h.p.Kill(0)
 		deadline := time.After(eventWait)
 		for h.exit == nil {
@@ -180,6 +187,11 @@ func (h *harness) cleanup() {
 	}
 	if err := unix.Kill(h.p.Pid(), 0); !errors.Is(err, unix.ESRCH) {
 		t.Errorf("pid %d still exists after Exited: kill(0) = %v", h.p.Pid(), err)
+	}
+	// The leader is reaped, so its group id is free: a process still in
+	// the group (a zombie included) would still answer.
+	if err := unix.Kill(-h.p.Pid(), 0); !errors.Is(err, unix.ESRCH) {
+		t.Errorf("process group %d still has members after Exited: kill(0) = %v", h.p.Pid(), err)
 	}
 	select {
 	case <-h.p.Done():
@@ -218,6 +230,10 @@ func (h *harness) expect(lines ...string) {
 	h.t.Helper()
 	for _, want := range lines {
 		e := h.next()
+		for e.Kind == Stderr {
+			h.stderr = append(h.stderr, e.Line)
+			e = h.next()
+		}
 		if e.Kind != Line || e.Line != want {
 			h.t.Fatalf("got %v %.60q (err %v), want line %.60q", e.Kind, e.Line, e.Err, want)
 		}
@@ -235,6 +251,8 @@ func (h *harness) exited() (Event, []string) {
 			return e, lines
 		case Line:
 			lines = append(lines, e.Line)
+		case Stderr:
+			h.stderr = append(h.stderr, e.Line)
 		default:
 			h.t.Fatalf("unexpected %v event %.60q", e.Kind, e.Line)
 		}
@@ -341,13 +359,12 @@ func TestStderr(t *testing.T) {
 		h := start(t, echoSpec(t, mode, "stderr:to-stderr", "print:to-stdout"))
 		_, lines := h.exited()
 		if mode == Pipes {
-			// Separate pipe: logged with the pid, not a report line.
+			// Separate pipe: the agent's words, not a report line.
 			if !reflect.DeepEqual(lines, []string{"to-stdout"}) {
 				t.Errorf("lines %q, want only stdout's", lines)
 			}
-			logs := h.logs.String()
-			if !strings.Contains(logs, "to-stderr") || !strings.Contains(logs, "pid="+strconv.Itoa(h.p.Pid())) {
-				t.Errorf("stderr line not logged with the pid; logs:\n%s", logs)
+			if !reflect.DeepEqual(h.stderr, []string{"to-stderr"}) {
+				t.Errorf("stderr events %q, want the stderr line", h.stderr)
 			}
 			return
 		}
@@ -521,29 +538,148 @@ func TestClosedOutputKeepsAgentUntilExit(t *testing.T) {
 	})
 }
 
-func TestOutputHeldByGrandchild(t *testing.T) {
+// grandchild reads the pid the echoagent's fork step writes and has the
+// test reap it when it ends (we are the subreaper: an orphan is ours). A
+// Lingering event before it (the agent's exit is seen on another goroutine
+// than its output) is kept in h.lingering.
+func (h *harness) grandchild() int {
+	h.t.Helper()
+	e := h.next()
+	if e.Kind == Lingering {
+		l := e
+		h.lingering = &l
+		e = h.next()
+	}
+	gc, ok := strings.CutPrefix(e.Line, "grandchild:")
+	if e.Kind != Line || !ok {
+		h.t.Fatalf("got %+v, want the grandchild's pid", e)
+	}
+	pid, err := strconv.Atoi(gc)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() {
+		unix.Kill(pid, unix.SIGKILL)
+		var ws unix.WaitStatus
+		unix.Wait4(pid, &ws, 0, nil)
+	})
+	return pid
+}
+
+// reap waits for the orphaned grandchild and returns how it ended.
+func reap(t *testing.T, pid int) unix.WaitStatus {
+	t.Helper()
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil {
+		t.Fatalf("reaping grandchild %d: %v", pid, err)
+	}
+	return ws
+}
+
+// TestExitWaitsForItsGroup: an agent whose child still runs (ZMailer's sm
+// forks the program that delivers) is not reported Exited when it exits
+// itself, only once the child is gone: a Lingering event comes instead.
+func TestExitWaitsForItsGroup(t *testing.T) {
 	forModes(t, func(t *testing.T, mode Stdio) {
 		spec := echoSpec(t, mode, "fork", "exit:0")
 		spec.Drain = 200 * time.Millisecond
 		h := start(t, spec)
+		gc := h.grandchild()
+		e := h.lingering
+		if e == nil {
+			ev := h.next()
+			e = &ev
+		}
+		switch {
+		case e.Kind == Lingering && e.Line == "1":
+			unix.Kill(gc, unix.SIGTERM)
+			ev := h.next()
+			e = &ev
+		case mode == PTY && e.Kind == Exited:
+			// The session leader's exit hangs the terminal up: SIGHUP may
+			// have ended the grandchild before the group was looked at.
+		default:
+			t.Fatalf("got %+v while the grandchild %d runs, want Lingering with 1 process", *e, gc)
+		}
+		if e.Kind != Exited || e.Err != nil {
+			t.Fatalf("got %+v, want a clean Exited once the group is empty", *e)
+		}
+		if !zombie(gc) {
+			t.Fatalf("grandchild %d still runs after Exited", gc)
+		}
+		want := unix.SIGTERM
+		if mode == PTY {
+			want = unix.SIGHUP
+		}
+		if ws := reap(t, gc); !ws.Signaled() || (ws.Signal() != want && ws.Signal() != unix.SIGTERM) {
+			t.Errorf("grandchild ended with %v, want %v", ws, want)
+		}
+	})
+}
+
+// TestKillKillsItsGroup: Kill reaches the agent's children too, gracefully
+// first, and Exited comes after all of them are gone.
+func TestKillKillsItsGroup(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		h := start(t, echoSpec(t, mode, "fork", "print:ready", "hang"))
+		gc := h.grandchild()
+		h.expect("ready")
+		h.p.Kill(time.Minute)
 		e := h.next()
-		gc, ok := strings.CutPrefix(e.Line, "grandchild:")
-		if e.Kind != Line || !ok {
-			t.Fatalf("got %+v, want the grandchild's pid", e)
+		if e.Kind == Lingering {
+			e = h.next() // the grandchild took longer to die than the agent
 		}
-		pid, err := strconv.Atoi(gc)
-		if err != nil {
-			t.Fatal(err)
+		if e.Kind != Exited || signalOf(t, e.Err) != syscall.SIGTERM {
+			t.Fatalf("got %+v, want Exited by SIGTERM", e)
 		}
-		// We are the subreaper: the orphan is ours to kill and reap.
-		t.Cleanup(func() {
-			unix.Kill(pid, unix.SIGKILL)
-			var ws unix.WaitStatus
-			if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil {
-				t.Errorf("reaping grandchild %d: %v", pid, err)
+		if !zombie(gc) {
+			t.Fatalf("grandchild %d still runs after Exited", gc)
+		}
+		// On a pty the leader's exit also hangs the terminal up: SIGHUP
+		// may be taken first.
+		if ws := reap(t, gc); !ws.Signaled() || ws.Signal() != unix.SIGTERM && !(mode == PTY && ws.Signal() == unix.SIGHUP) {
+			t.Errorf("grandchild ended with %v, want SIGTERM", ws)
+		}
+	})
+}
+
+// TestKillIgnoringTermKillsItsGroup: SIGKILL after the grace period reaches
+// a child that ignores SIGTERM, though the agent itself died of the
+// SIGTERM.
+func TestKillIgnoringTermKillsItsGroup(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		// The shell and its child both ignore SIGTERM (a Go program resets
+		// an inherited SIG_IGN for TERM, hence its own step); the child
+		// says so once it does.
+		spec := shSpec(t, mode, `trap '' TERM; `+echoagent+` ignoreterm print:child hang & echo "grandchild:$!"; read x`)
+		h := start(t, spec)
+		gc := h.grandchild()
+		h.expect("child")
+		h.p.Kill(200 * time.Millisecond)
+		for e := h.next(); e.Kind != Exited; e = h.next() {
+			if e.Kind != Lingering {
+				t.Fatalf("got %+v, want Lingering or Exited", e)
 			}
-		})
-		e = h.next()
+		}
+		if !zombie(gc) {
+			t.Fatalf("grandchild %d still runs after Exited", gc)
+		}
+		if ws := reap(t, gc); !ws.Signaled() || ws.Signal() != unix.SIGKILL {
+			t.Errorf("grandchild ended with %v, want SIGKILL", ws)
+		}
+	})
+}
+
+// TestOutputHeldOutsideTheGroup: a process that left the group (setsid) is
+// not waited for; if it holds the output open, the output is read until it
+// has been silent for Spec.Drain.
+func TestOutputHeldOutsideTheGroup(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		spec := echoSpec(t, mode, "setsid-fork", "exit:0")
+		spec.Drain = 200 * time.Millisecond
+		h := start(t, spec)
+		h.grandchild()
+		e := h.next()
 		if e.Kind != Exited {
 			t.Fatalf("got %+v, want Exited", e)
 		}
@@ -557,6 +693,45 @@ func TestOutputHeldByGrandchild(t *testing.T) {
 		}
 		if !errors.Is(e.Err, ErrOutputHeld) {
 			t.Errorf("Exited.Err = %v, want ErrOutputHeld", e.Err)
+		}
+	})
+}
+
+// TestSync: every line the agent wrote before Sync comes before Synced, and
+// Sync wakes a reader blocked on a silent agent.
+func TestSync(t *testing.T) {
+	forModes(t, func(t *testing.T, mode Stdio) {
+		mark := filepath.Join(t.TempDir(), "written")
+		h := start(t, echoSpec(t, mode, "print:a", "print:b", "print:c", "touch:"+mark, "echo"))
+		deadline := time.Now().Add(eventWait)
+		for _, err := os.Stat(mark); err != nil; _, err = os.Stat(mark) {
+			if time.Now().After(deadline) {
+				t.Fatal("the agent did not write its lines")
+			}
+			runtime.Gosched()
+		}
+		if !h.p.Sync() || !h.p.Sync() {
+			t.Fatal("Sync = false with the agent running")
+		}
+		h.expect("a", "b", "c")
+		if e := h.next(); e.Kind != Synced {
+			t.Fatalf("got %+v, want Synced", e)
+		}
+		// Nothing written since: a second Sync is answered at once.
+		if !h.p.Sync() {
+			t.Fatal("Sync = false with the agent running")
+		}
+		if e := h.next(); e.Kind != Synced {
+			t.Fatalf("got %+v, want Synced", e)
+		}
+		// The reader goes on as before.
+		h.p.Write("x")
+		h.expect("got:x")
+		h.p.End()
+		h.expect("got:", "eof")
+		h.cleanExit()
+		if h.p.Sync() {
+			t.Error("Sync = true after Exited")
 		}
 	})
 }
@@ -710,6 +885,7 @@ func TestNoLeaks(t *testing.T) {
 			k.expect("ready")
 			k.p.Write(strings.Repeat("z", 1<<20))
 			k.p.Kill(10 * time.Millisecond)
+			k.exited()
 			k.cleanup()
 			bad := echoSpec(t, mode)
 			bad.Argv = []string{"/nonexistent"}

@@ -20,7 +20,7 @@ type Stdio uint8
 
 const (
 	Socketpair Stdio = iota // fds 0, 1 and 2 are one AF_UNIX stream socket, as ZMailer
-	Pipes                   // stdin and stdout pipes; stderr a third pipe, logged at debug
+	Pipes                   // stdin and stdout pipes; stderr a third pipe, sent as Stderr events
 	PTY                     // a pseudo-terminal on fds 0, 1 and 2, for agents that only line-buffer on a tty
 )
 
@@ -43,13 +43,14 @@ type endpoint interface {
 	io.ReadWriteCloser
 	SetReadDeadline(time.Time) error
 	SetWriteDeadline(time.Time) error
+	SyscallConn() (syscall.RawConn, error)
 }
 
 // wiring is what one Stdio mode sets up before the child is started.
 type wiring struct {
 	in     endpoint   // we write the agent's input here
 	out    endpoint   // we read the agent's output here
-	stderr endpoint   // Pipes only: the agent's stderr, logged
+	stderr endpoint   // Pipes only: the agent's stderr, sent as Stderr events
 	child  []*os.File // the child's fds 0, 1, 2 (possibly the same file)
 	// eot is written after End's empty line when the input cannot be
 	// half-closed (a pty).

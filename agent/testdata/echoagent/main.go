@@ -14,6 +14,8 @@
 //	ignoreterm    ignore SIGTERM
 //	closeout      point fds 0, 1 and 2 at /dev/null (closing them would let the runtime reuse them)
 //	fork          start a copy of itself running "hang" on the same stdio; write "grandchild:PID"
+//	setsid-fork   fork, but the copy leaves the process group for a session of its own
+//	touch:PATH    create the file PATH (the test learns what was written before)
 //	hang          never return
 //	exit:N        exit with status N
 //
@@ -90,13 +92,20 @@ func main() {
 				}
 			}
 			null.Close()
-		case "fork":
+		case "fork", "setsid-fork":
 			cmd := exec.Command(os.Args[0], "hang")
 			cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+			if name == "setsid-fork" {
+				cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			}
 			if err := cmd.Start(); err != nil {
 				fail(err)
 			}
 			fmt.Printf("grandchild:%d\n", cmd.Process.Pid)
+		case "touch":
+			if err := os.WriteFile(arg, nil, 0o644); err != nil {
+				fail(err)
+			}
 		case "hang":
 			for {
 				time.Sleep(time.Hour)
