@@ -57,6 +57,10 @@ type Clause struct {
 	Order      Order
 	Nice       int      // -20..19, applied to the agent
 	JobTimeout Duration // a busy agent silent this long is killed; default 10m
+	// TransportRetryTime is the longest a ring waits, after its agents
+	// failed at start, before it tries a new one; the wait starts at 1s and
+	// doubles. Default 60s (Postfix: transport_retry_time).
+	TransportRetryTime Duration
 
 	InitialConcurrency   int      // starting window; default 5, at most MaxThr
 	PositiveFeedback     Feedback // default 1/concurrency
@@ -154,6 +158,7 @@ func defaultClause() Clause {
 		MaxThr:               20,
 		Order:                OrderPreemptive,
 		JobTimeout:           Duration(10 * time.Minute),
+		TransportRetryTime:   Duration(time.Minute),
 		InitialConcurrency:   5,
 		PositiveFeedback:     Feedback{Kind: FeedbackInverse, Value: 1},
 		NegativeFeedback:     Feedback{Kind: FeedbackInverse, Value: 1},

@@ -363,8 +363,11 @@ var clauseKeys = map[string]clauseSetter{
 		l.orderSet = true
 		return nil
 	},
-	"nice":                func(l *layer, v any) error { return setInt(&l.c.Nice, v, -20, 19) },
-	"jobtimeout":          func(l *layer, v any) error { return setDuration(&l.c.JobTimeout, v, true) },
+	"nice":       func(l *layer, v any) error { return setInt(&l.c.Nice, v, -20, 19) },
+	"jobtimeout": func(l *layer, v any) error { return setDuration(&l.c.JobTimeout, v, true) },
+	"transport_retry_time": func(l *layer, v any) error {
+		return setDuration(&l.c.TransportRetryTime, v, true)
+	},
 	"initial_concurrency": func(l *layer, v any) error { return setInt(&l.c.InitialConcurrency, v, 1, math.MaxInt) },
 	"positive_feedback":   func(l *layer, v any) error { return setFeedback(&l.c.PositiveFeedback, v) },
 	"negative_feedback":   func(l *layer, v any) error { return setFeedback(&l.c.NegativeFeedback, v) },

@@ -116,6 +116,22 @@ type Reread struct {
 	Inum int64
 }
 
+// Throttle says a ring's transport failed: an agent exited before its
+// first #hungry, died with jobs outstanding or could not be started, and no
+// new agent is started for the ring until Until (throttle.go). The caller
+// logs it once, with the agent's last output.
+type Throttle struct {
+	Agent    int
+	Clause   int
+	Channel  string
+	Host     string // the failing agent's destination
+	Ring     string // the ring's host, for a host-bound clause
+	Until    time.Time
+	Backoff  time.Duration
+	Failures int    // failures since the ring last worked
+	Reason   string // how the agent ended
+}
+
 // Ready is the batch of effects of the events since the last call.
 type Ready struct {
 	Spawns    []Spawn
@@ -126,10 +142,11 @@ type Ready struct {
 	Completes []Complete
 	Rereads   []Reread
 	DSNs      []DSN // after Diags: the d lines they report are written
+	Throttles []Throttle
 }
 
 // Empty reports whether there is nothing to do.
 func (r *Ready) Empty() bool {
 	return len(r.Spawns)+len(r.Writes)+len(r.Stops)+len(r.Diags)+
-		len(r.Outcomes)+len(r.Completes)+len(r.Rereads)+len(r.DSNs) == 0
+		len(r.Outcomes)+len(r.Completes)+len(r.Rereads)+len(r.DSNs)+len(r.Throttles) == 0
 }

@@ -1,9 +1,12 @@
 package core
 
 import (
+	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"zsched/report"
 	"zsched/ring"
@@ -47,6 +50,12 @@ func (s *Scheduler) obtain(r *ring.Ring, t *thread.Thread, now time.Time) *agent
 	}
 	c := s.clause(t.Clause)
 	switch {
+	case s.transportClosed(r, now):
+		// Its agents failed at start: no new one before the back-off
+		// ends, and then one probe at a time (throttle.go). Lifting the
+		// throttle serves the ring.
+		t.LastText = "transport unavailable"
+		return nil
 	case r.Agents >= c.MaxRing:
 		// The ring's own agents will come to t when they finish their
 		// threads; nothing outside the ring can help.
@@ -79,6 +88,7 @@ func (s *Scheduler) obtain(r *ring.Ring, t *thread.Thread, now time.Time) *agent
 		fifo:    []entry{{kind: entryStart}},
 	}
 	s.agents[a.id] = a
+	s.transportStarted(r, a)
 	s.total++
 	s.perChannel[a.channel]++
 	r.Agents++
@@ -145,6 +155,11 @@ func (s *Scheduler) unblock(now time.Time) {
 		s.blocked = s.blocked[1:]
 		r.Blocked = false
 		got := s.serve(r, now, 1)
+		if got == 0 && s.transportClosed(r, now) {
+			// Not the limit's fault: the slot goes to the next ring, and
+			// the end of the back-off serves this one.
+			continue
+		}
 		if r.Wanting() > 0 && !r.Blocked {
 			// Served (or not blocked any more): back of the queue for the
 			// next free slot.
@@ -279,15 +294,19 @@ func (s *Scheduler) AgentLine(now time.Time, id int, line string) {
 	}
 }
 
+// garbage counts and logs a misformed line: stderr text in socketpair mode
+// is one, so it is what an agent says about its own trouble. The log is
+// rate-limited per ring (words.go); the agent is killed only past
+// maxGarbage in one job.
 func (s *Scheduler) garbage(a *agent, now time.Time, why, line string) {
 	a.garbage++
 	s.stats.Garbage++
 	if len(line) > 200 {
 		line = line[:200] + "…"
 	}
-	s.log.Warn("misformed line from agent", "agent", a.id, "error", why, "line", line)
+	s.say(a, misformedWords, now, hclog.Warn, "misformed line from agent", "error", why, "line", line)
 	if a.garbage > maxGarbage {
-		s.kill(a, "too many misformed lines", now)
+		s.kill(a, "more than "+strconv.Itoa(maxGarbage)+" misformed lines in one job", now)
 	}
 }
 
@@ -305,6 +324,8 @@ func (s *Scheduler) hungry(a *agent, now time.Time) {
 		s.garbage(a, now, "#hungry with no line outstanding", "#hungry")
 		return
 	}
+	a.hungry = true
+	a.garbage = 0
 	e := a.fifo[0]
 	// Shift rather than reslice: a queue resliced at the front and
 	// appended at the back allocates anew every few jobs, and allocation
@@ -321,6 +342,9 @@ func (s *Scheduler) hungry(a *agent, now time.Time) {
 	case entryJob:
 		a.jobs--
 		s.finish(a, e, now, "")
+		if len(s.throttles) > 0 {
+			s.transportWorks(a, now)
+		}
 	case entryIdle:
 		if a.state == idling {
 			a.state = idle
@@ -360,9 +384,12 @@ func (s *Scheduler) park(a *agent, now time.Time) {
 	s.serve(a.ring, now, -1)
 }
 
-// AgentExited handles the end of an agent's process. Jobs it had not
-// finished get a synthetic deferral and their files are re-read so the
-// locks it left are reset.
+// AgentExited handles the end of an agent's process (and of every process
+// of its group), or the failure to start it. Jobs it had not finished get a
+// synthetic deferral and their files are re-read so the locks it left are
+// reset. An agent that ended before its first #hungry or with jobs
+// outstanding, not killed by us, is a transport failure: its jobs count as
+// negative feedback and its ring is throttled (throttle.go).
 func (s *Scheduler) AgentExited(now time.Time, id int, why string) {
 	a, ok := s.agents[id]
 	if !ok {
@@ -378,7 +405,21 @@ func (s *Scheduler) AgentExited(now time.Time, id int, why string) {
 		why = "agent exited"
 	}
 	busy := a.jobs > 0
-	state := a.state
+	if th := s.throttled(a.ring); th != nil && th.probe == id {
+		th.probe = 0
+	}
+	a.failed = !a.killed && !s.quiet && a.clause >= 0 && (!a.hungry || busy)
+	switch {
+	case a.failed:
+		// Before its jobs are finished: finishing them serves the ring.
+		reason := why + " before its first #hungry"
+		if a.hungry {
+			reason = why + " with " + strconv.Itoa(a.jobs) + " jobs outstanding"
+		}
+		s.transportFailed(a, reason, now)
+	case busy:
+		s.log.Warn("agent exited with work outstanding", "agent", id, "reason", why)
+	}
 	a.state = ending
 	for _, e := range a.fifo {
 		if e.kind != entryJob {
@@ -392,9 +433,6 @@ func (s *Scheduler) AgentExited(now time.Time, id int, why string) {
 	}
 	a.fifo = nil
 	a.jobs = 0
-	if busy || state == starting {
-		s.log.Warn("agent exited with work outstanding", "agent", id, "reason", why)
-	}
 	s.detach(a, now)
 	if a.ring.Empty() {
 		s.dropRing(a.ring)
@@ -431,7 +469,8 @@ func (s *Scheduler) kill(a *agent, reason string, now time.Time) {
 // sweepAgents kills busy agents silent past jobtimeout and ends idle ones
 // past idlemax, then sets the next sweep to the earliest deadline left, so
 // the core wakes only when an agent can be due (feeding and parking lower
-// it through watch).
+// it through watch). An agent told to end but still holding jobs is
+// watched too: it may hang as well as any.
 func (s *Scheduler) sweepAgents(now time.Time) {
 	var next time.Time
 	later := func(at time.Time) {
@@ -439,9 +478,10 @@ func (s *Scheduler) sweepAgents(now time.Time) {
 			next = at
 		}
 	}
+	var silent, idlers []*agent
 	for _, a := range s.agents {
-		if a.clause < 0 || a.state == ending {
-			continue // retired by a reload that left it no clause, or ending
+		if a.clause < 0 || a.killed {
+			continue // retired by a reload that left it no clause, or killed
 		}
 		c := s.clause(a.clause)
 		switch {
@@ -449,18 +489,76 @@ func (s *Scheduler) sweepAgents(now time.Time) {
 			if at := a.heard.Add(c.JobTimeout.D()); now.Before(at) {
 				later(at)
 			} else {
-				s.kill(a, "job timeout: silent for "+now.Sub(a.heard).String(), now)
+				silent = append(silent, a)
 			}
 		case a.state == idle && c.IdleMax >= 0:
 			if at := a.heard.Add(c.IdleMax.D()); now.Before(at) {
 				later(at)
 			} else {
-				a.ring.Forget(a.id)
-				s.end(a, "idlemax")
+				idlers = append(idlers, a)
 			}
 		}
 	}
+	// By id: what the kills and ends set off (new agents for the threads)
+	// must not depend on the map's order.
+	byID := func(as []*agent) {
+		sort.Slice(as, func(i, j int) bool { return as[i].id < as[j].id })
+	}
+	byID(silent)
+	byID(idlers)
+	for _, a := range silent {
+		s.kill(a, "job timeout: silent for "+now.Sub(a.heard).String(), now)
+	}
+	for _, a := range idlers {
+		a.ring.Forget(a.id)
+		s.end(a, "idlemax")
+	}
 	s.nextSweep = next
+}
+
+// Silent returns, by id, the agents a Tick at now would kill for silence
+// (jobtimeout). It changes nothing: the caller makes sure it has handed the
+// core everything these agents wrote before it lets the sweep judge them
+// (their output may sit unread while the caller itself was stalled).
+func (s *Scheduler) Silent(now time.Time) []int {
+	if s.nextSweep.IsZero() || now.Before(s.nextSweep) {
+		return nil
+	}
+	var ids []int
+	for id, a := range s.agents {
+		if a.clause < 0 || a.killed || a.jobs == 0 {
+			continue
+		}
+		if c := s.clause(a.clause); c.JobTimeout > 0 && !now.Before(a.heard.Add(c.JobTimeout.D())) {
+			ids = append(ids, id)
+		}
+	}
+	sort.Ints(ids)
+	return ids
+}
+
+// AgentLingers handles an agent's own exit while other processes of its
+// group still run (a child it forked to deliver): AgentExited comes when
+// they are gone. It takes no more work; with none outstanding its group is
+// killed, else jobtimeout watches it as it watches any busy agent.
+func (s *Scheduler) AgentLingers(now time.Time, id int) {
+	a, ok := s.agents[id]
+	if !ok || a.killed {
+		return
+	}
+	s.log.Info("agent exited; waiting for the rest of its process group", "agent", id,
+		"channel", a.channel, "host", a.host, "jobs", a.jobs)
+	a.ring.Forget(id)
+	if a.jobs == 0 {
+		s.kill(a, "exited, leaving processes of its group behind", now)
+		return
+	}
+	a.state = ending
+	if a.clause >= 0 {
+		if c := s.clause(a.clause); c.JobTimeout > 0 {
+			s.watch(a.heard.Add(c.JobTimeout.D()))
+		}
+	}
 }
 
 // watch makes sure the agent sweep runs no later than at.

@@ -114,5 +114,8 @@ func (s *Scheduler) Check(now time.Time) error {
 			return err
 		}
 	}
+	if err := s.checkThrottles(); err != nil {
+		return err
+	}
 	return s.checkTallies()
 }

@@ -80,11 +80,12 @@ const (
 	ReasonQueueOnly                 // queueonly destination waiting for ETRN
 	ReasonUnrouted                  // no clause selects its channel/host
 	ReasonStopping                  // the scheduler is shutting down
+	ReasonTransport                 // its ring's agents failed at start: throttled (throttle.go)
 )
 
 var reasonNames = [...]string{"due", "running", "retry", "backoff", "dead", "window",
 	"maxring", "maxta", "maxchannel", "forkrate", "starting", "held-message", "held-thread",
-	"queueonly", "unrouted", "stopping"}
+	"queueonly", "unrouted", "stopping", "transport"}
 
 func (r Reason) String() string { return reasonNames[r] }
 
@@ -126,6 +127,12 @@ type RingView struct {
 	MaxRing   int
 	Overfeed  int
 	MaxThr    int
+	// Throttled is the end of the ring's transport back-off (throttle.go);
+	// zero when none runs. Probing: the back-off is over and one agent at a
+	// time is tried until one completes a job. ThrottleText is the failure.
+	Throttled    time.Time
+	Probing      bool
+	ThrottleText string
 }
 
 // AgentView is one transport agent as mailq shows it.
@@ -154,6 +161,7 @@ func (s *Scheduler) Rings(now time.Time) []RingView {
 				MaxRing: c.MaxRing, Overfeed: c.Overfeed, MaxThr: c.MaxThr,
 				// A ring job is one message with vertices in the ring.
 				Msgs: r.Jobs()}
+			s.throttleView(r, rv)
 			byRing[r] = rv
 		}
 		return rv
@@ -345,6 +353,8 @@ func (s *Scheduler) limit(t *thread.Thread, now time.Time) Reason {
 	switch {
 	case s.quiet:
 		return ReasonStopping
+	case r != nil && s.transportClosed(r, now):
+		return ReasonTransport
 	case r != nil && r.Agents >= c.MaxRing:
 		return ReasonMaxRing
 	case s.total >= s.cfg.Scheduler.MaxTA:
@@ -423,6 +433,7 @@ type Why struct {
 	Window  int       // the destination's window, for ReasonWindow
 	Ceiling int       // its learned ceiling, for ReasonWindow; 0 = none
 	Limit   int       // the limit's value, for the limit reasons
+	Text    string    // the failure, for ReasonTransport
 }
 
 // String says the reason in a sentence for operators.
@@ -464,6 +475,11 @@ func (w Why) String() string {
 		return "no clause selects its channel/host"
 	case ReasonStopping:
 		return "the scheduler is shutting down"
+	case ReasonTransport:
+		if w.Until.IsZero() {
+			return "transport unavailable: waiting for a probe agent to complete a job (" + w.Text + ")"
+		}
+		return "transport unavailable until " + at(w.Until) + " (" + w.Text + ")"
 	}
 	return w.Reason.String()
 }
@@ -505,6 +521,10 @@ func (s *Scheduler) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
 		w.Limit = c.MaxChannel
 	case ReasonForkRate:
 		w.Limit = s.cfg.Scheduler.ForkRate
+	case ReasonTransport:
+		if th := s.throttled(s.rings[s.ringKey(t)]); th != nil {
+			w.Until, w.Text = th.until, th.text
+		}
 	}
 	return w
 }
@@ -632,6 +652,9 @@ type Gauges struct {
 	Recipients int
 	Threads    [numThreadStates]int
 	Agents     map[string]int // by agent state
+	// Throttled counts rings whose transport may not start an agent now
+	// (throttle.go).
+	Throttled int
 	// Busiest are the destinations with the most agents attached, then the
 	// most vertices, at most the n asked for.
 	Busiest []DestWindow
@@ -683,6 +706,7 @@ func (s *Scheduler) Gauges(now time.Time, n int) Gauges {
 		return a.Host < b.Host
 	})
 	g.Busiest = all[:min(n, len(all))]
+	g.Throttled = s.throttledRings(now)
 	for _, a := range s.agents {
 		g.Agents[a.state.String()]++
 	}
@@ -927,6 +951,7 @@ func (s *Scheduler) Flush(now time.Time, sel string) (int, error) {
 		s.makeDue(t, now)
 		s.touch(t, now)
 	}
+	s.flushThrottles(now, func(ch string) bool { return config.Glob(chPat, strings.ToLower(ch)) })
 	return len(ts), nil
 }
 
@@ -1028,6 +1053,9 @@ func (s *Scheduler) Reconfigure(now time.Time, cfg *config.Config) error {
 	s.logChanges(old, cfg)
 	s.cfg = cfg
 	clear(s.clauses)
+	// Ring keys change, and the operator may have fixed a command.
+	s.forgetThrottles()
+	clear(s.words)
 
 	// Take every thread out of its ring and every ring out of the map; the
 	// rings are put back under their new keys, reusing the old ring object

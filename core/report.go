@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"zsched/report"
 	"zsched/thread"
 	"zsched/vertex"
@@ -35,6 +37,7 @@ func (s *Scheduler) report(a *agent, l report.Line, now time.Time) bool {
 	}
 	m := e.msg
 	rc := v.Rcpts[i]
+	e.reported++
 	// What the attempt said is kept for the vertex's later use (WHY, the
 	// DSN on expiry); a report that ends the vertex needs no record, and
 	// that is most reports (vertex.SetLastText allocates).
@@ -109,9 +112,22 @@ func (s *Scheduler) finish(a *agent, e entry, now time.Time, why string) {
 	v.SiteFailed = false
 
 	siteAt := siteRetry(e)
-	if t != nil {
+	// An agent that died of a broken transport delivered nothing: negative
+	// feedback, never success (throttle.go).
+	failed := siteFailed || a.failed
+	if a.failed && t != nil {
+		t.LastText = "transport failed: " + why
+	}
+	switch {
+	case t == nil:
+	case resynced && e.reported == 0 && !a.failed:
+		// The agent could not use the job and said so (#resync): no
+		// attempt was made, and none is judged. An agent that answers
+		// every job so (a read-only spool, the wrong channel) must not
+		// grow the window.
+	default:
 		t.Attempts++
-		s.feedback(t, siteFailed, siteAt, now)
+		s.feedback(t, failed, siteAt, now)
 	}
 
 	if len(v.Rcpts) > 0 {
@@ -119,9 +135,12 @@ func (s *Scheduler) finish(a *agent, e entry, now time.Time, why string) {
 		var next time.Time
 		c := s.clause(v.Clause)
 		switch {
-		case resynced && !siteFailed && len(e.deferred) == 0 && v.Msg.Resyncs <= 3:
-			next = now // the file was re-read; try again at once
-		case siteFailed && t != nil && t.BackingOff(now):
+		case resynced && !failed && len(e.deferred) == 0 && v.Msg.Resyncs <= 1:
+			// The file was re-read (a stale lock reset): try again at
+			// once, but only once; an agent that resyncs again waits for
+			// the retry schedule.
+			next = now
+		case failed && t != nil && t.BackingOff(now):
 			next = t.BackoffUntil // the destination is dead
 		case siteFailed && siteAt.After(now):
 			next = siteAt // the agent's retryat
@@ -222,6 +241,8 @@ func (s *Scheduler) resync(a *agent, path string, now time.Time) {
 		}
 	}
 	m.Resyncs++
+	s.say(a, resyncWords, now, hclog.Info, "agent cannot use its job (#resync); the file is read again",
+		"msg", m.Path, "resyncs", m.Resyncs)
 	if m.Resyncs > maxResyncs {
 		s.log.Warn("message resynced too often; dropped from core until the next scan", "msg", m.Path)
 		s.drop(m, now)

@@ -22,8 +22,9 @@ var ErrDuplicate = errors.New("core: message already in core")
 // no attempt will reach (ZMailer: 15 minutes).
 const expirySweepEvery = time.Minute
 
-// maxGarbage is how many misformed lines an agent may write before it is
-// killed.
+// maxGarbage is how many misformed lines an agent may write in one job (or
+// between two #hungry) before it is killed: a real agent that writes a
+// warning per job is not restarted every hundred jobs.
 const maxGarbage = 100
 
 // maxResyncs bounds #resync re-reads of one message (ZMailer's MAXRESYNCS).
@@ -61,6 +62,7 @@ type entry struct {
 	// job ends.
 	deferred []deferral
 	fed      time.Time
+	reported int // reports of this job, of any status
 }
 
 type deferral struct {
@@ -81,8 +83,11 @@ type agent struct {
 	fifo    []entry
 	jobs    int // entries of kind entryJob in fifo
 	heard   time.Time
-	garbage int
-	killed  bool
+	garbage int  // misformed lines since its last #hungry
+	killed  bool // by the scheduler: its exit is no transport failure
+	hungry  bool // it has said #hungry at least once
+	failed  bool // its exit was a transport failure (throttle.go)
+	gen     int  // the ring's throttle it was started under, 0 = none
 }
 
 // Scheduler is the deterministic scheduling core. It is not safe for
@@ -128,6 +133,13 @@ type Scheduler struct {
 	holds    map[[2]string]bool
 	heldMsgs map[int64]*vertex.Message
 	quiet    bool
+
+	// Transport state (throttle.go, words.go): throttled rings, the next
+	// end of a back-off, and per ring the rate limits of agent words.
+	throttles   map[ring.Key]*throttle
+	throttleGen int
+	nextLift    time.Time
+	words       map[ring.Key]*words
 }
 
 // Counters are the scheduler's running totals.
@@ -141,6 +153,9 @@ type Counters struct {
 	AgentsEnded int64
 	Killed      int64
 	Garbage     int64
+	// Throttles counts transport throttles: rings whose agents failed at
+	// start and that wait before starting another (throttle.go).
+	Throttles int64
 }
 
 // New returns an empty scheduler for cfg.
@@ -192,6 +207,7 @@ func (r *Ready) reuse() Ready {
 		Completes: reuseSlice(r.Completes),
 		Rereads:   reuseSlice(r.Rereads),
 		DSNs:      reuseSlice(r.DSNs),
+		Throttles: reuseSlice(r.Throttles),
 	}
 }
 
@@ -239,6 +255,7 @@ func (s *Scheduler) NextWakeup() time.Time {
 		}
 	}
 	earlier(s.nextSweep)
+	earlier(s.nextLift)
 	if len(s.msgs) > 0 {
 		earlier(s.nextExpiry)
 	}
@@ -407,6 +424,7 @@ func (s *Scheduler) dropRing(r *ring.Ring) {
 		r.Blocked = false
 	}
 	delete(s.rings, r.Key)
+	s.ringGone(r.Key)
 }
 
 func (s *Scheduler) threadOf(v *vertex.Vertex) *thread.Thread {
@@ -428,6 +446,7 @@ func (s *Scheduler) Tick(now time.Time) {
 	if !s.nextSweep.IsZero() && !now.Before(s.nextSweep) {
 		s.sweepAgents(now)
 	}
+	s.liftThrottles(now)
 	if !now.Before(s.nextExpiry) {
 		s.nextExpiry = now.Add(s.expiryEvery())
 		s.sweepExpiry(now)

@@ -64,6 +64,12 @@ type Response struct {
 	Delay  time.Duration // service time before the answer
 	Crash  bool          // die instead of answering (after reporting Status)
 	Hang   bool          // never answer
+	// Say are lines the agent writes before its reports: its own words
+	// (stderr text in socketpair mode), not protocol.
+	Say []string
+	// Resync answers the job with "#resync path" and reports nothing: the
+	// agent could not use it (a read-only spool, the wrong channel).
+	Resync bool
 	// Notary, when set, goes with every report, its Recipient set to
 	// each recipient's address.
 	Notary report.Notary
@@ -371,6 +377,17 @@ func (s *Sim) write(a *Agent, line string) {
 	resp := s.Behavior(j)
 	done := start.Add(resp.Delay)
 	a.busyAt = done
+	for _, l := range resp.Say {
+		s.post(done, a.ID, l, false)
+	}
+	if resp.Resync {
+		for _, r := range j.Rcpts {
+			r.Status = ' ' // it never locked them
+		}
+		s.post(done, a.ID, "#resync "+path, false)
+		s.post(done, a.ID, "#hungry", false)
+		return
+	}
 	s.Busy[host]++
 	s.PeakBusy[host] = max(s.PeakBusy[host], s.Busy[host])
 	for i, r := range j.Rcpts {
