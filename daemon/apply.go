@@ -26,6 +26,8 @@ func (d *Daemon) apply() {
 	for {
 		r := d.core.Ready()
 		if r.Empty() {
+			// The outcome lines and throttles of exited agents are out.
+			clear(d.gone)
 			return
 		}
 		var failed []failedStart
@@ -74,6 +76,9 @@ func (d *Daemon) apply() {
 		for _, n := range r.DSNs {
 			d.notice(n)
 		}
+		for _, th := range r.Throttles {
+			d.logThrottle(th)
+		}
 		now := d.now()
 		for _, rr := range r.Rereads {
 			f, err := d.spool.Reread(rr.Path)
@@ -94,7 +99,13 @@ func (d *Daemon) apply() {
 			d.core.Reread(now, rr.Inum, &a)
 		}
 		for _, f := range failed {
-			d.log.Error("cannot start agent", "agent", f.id, "error", f.err)
+			// Logged once per throttle, with the error as the agent's last
+			// words (core/throttle.go), not once per start.
+			d.log.Debug("cannot start agent", "agent", f.id, "error", f.err)
+			if d.gone == nil {
+				d.gone = make(map[int]goneAgent)
+			}
+			d.gone[f.id] = goneAgent{lines: []string{f.err.Error()}}
 			d.core.AgentExited(now, f.id, "start failed: "+f.err.Error())
 		}
 	}
@@ -287,10 +298,7 @@ func (d *Daemon) lastUnwritten() {
 // logOutcome writes the per-recipient line operators grep, with fixed keys.
 func (d *Daemon) logOutcome(o core.Outcome) {
 	d.ops.metrics.outcome(o.Status)
-	pid := 0
-	if p := d.procs[o.Agent]; p != nil {
-		pid = p.Pid()
-	}
+	pid := d.agentPid(o.Agent)
 	next := ""
 	if !o.Next.IsZero() {
 		next = o.Next.UTC().Format(time.RFC3339)

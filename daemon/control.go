@@ -396,9 +396,22 @@ func (d *Daemon) threadReport(now time.Time, short bool) []string {
 			}
 		}
 		out = append(out, fmt.Sprintf("Threads: %d Msgs: %d Procs: %d Idle: %d Plim: %d Flim: %d Tlim: %d",
-			len(r.Threads), r.Msgs, r.Agents, r.Idle, r.MaxRing, r.Overfeed, r.MaxThr))
+			len(r.Threads), r.Msgs, r.Agents, r.Idle, r.MaxRing, r.Overfeed, r.MaxThr)+throttleNote(now, r))
 	}
 	return append(out, d.globalLines(now)...)
+}
+
+// throttleNote is the ring line's note on a throttled transport (issue 16):
+// " throttled=12s" while the back-off runs, " throttled=probe" while one
+// agent at a time is tried; then the failure.
+func throttleNote(now time.Time, r core.RingView) string {
+	switch {
+	case r.Throttled.After(now):
+		return fmt.Sprintf(" throttled=%s (%s)", secs(r.Throttled.Sub(now)), r.ThrottleText)
+	case r.Probing:
+		return " throttled=probe (" + r.ThrottleText + ")"
+	}
+	return ""
 }
 
 // clauseHead writes a select pattern as channel/host.
@@ -575,17 +588,23 @@ type Queue struct {
 
 // QueueRing is one thread-ring in Queue.
 type QueueRing struct {
-	Select    string        `json:"select"`
-	Channel   string        `json:"channel"`
-	Host      string        `json:"host,omitempty"`
-	HostBound bool          `json:"hostbound"`
-	Msgs      int           `json:"msgs"`
-	Agents    int           `json:"agents"`
-	Idle      int           `json:"idle"`
-	MaxRing   int           `json:"maxring"`
-	Overfeed  int           `json:"overfeed"`
-	MaxThr    int           `json:"maxthr"`
-	Threads   []QueueThread `json:"threads"`
+	Select    string `json:"select"`
+	Channel   string `json:"channel"`
+	Host      string `json:"host,omitempty"`
+	HostBound bool   `json:"hostbound"`
+	Msgs      int    `json:"msgs"`
+	Agents    int    `json:"agents"`
+	Idle      int    `json:"idle"`
+	MaxRing   int    `json:"maxring"`
+	Overfeed  int    `json:"overfeed"`
+	MaxThr    int    `json:"maxthr"`
+	// Throttled: its transport failed and no new agent starts before this
+	// time; ThrottleProbe: the back-off is over and one agent at a time is
+	// tried. ThrottleReason is the failure.
+	Throttled      *time.Time    `json:"throttled_until,omitempty"`
+	ThrottleProbe  bool          `json:"throttle_probe,omitempty"`
+	ThrottleReason string        `json:"throttle_reason,omitempty"`
+	Threads        []QueueThread `json:"threads"`
 }
 
 // QueueThread is one destination in Queue.
@@ -637,7 +656,8 @@ func (d *Daemon) Queue(now time.Time) Queue {
 	for _, r := range d.core.Rings(now) {
 		qr := QueueRing{Select: r.Select, Channel: r.Channel, Host: r.Host, HostBound: r.HostBound,
 			Msgs: r.Msgs, Agents: r.Agents, Idle: r.Idle, MaxRing: r.MaxRing, Overfeed: r.Overfeed,
-			MaxThr: r.MaxThr, Threads: []QueueThread{}}
+			MaxThr: r.MaxThr, Threads: []QueueThread{},
+			Throttled: timePtr(r.Throttled), ThrottleProbe: r.Probing, ThrottleReason: r.ThrottleText}
 		for _, t := range r.Threads {
 			qt := QueueThread{Channel: t.Channel, Host: t.Host, State: t.State.String(),
 				Vertices: t.Vertices, Recipients: t.Recipients, Attempts: t.Attempts, Pids: []int{},

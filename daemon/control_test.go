@@ -53,6 +53,8 @@ func startOps(t *testing.T, agents map[string]string, sched, clauses string) *op
 	for name, path := range agents {
 		clauses = strings.ReplaceAll(clauses, "{"+name+"}", path)
 	}
+	// Agents left running when the test ends are a failure (issue 16).
+	testagents.LeakCheck(t, filepath.Join(dir, "po", "transport"))
 	e := &opsEnv{t: t, dir: dir, config: filepath.Join(dir, "scheduler.toml")}
 	e.write(fmt.Sprintf(`[scheduler]
 postoffice = %q

@@ -62,6 +62,10 @@ type Daemon struct {
 
 	procs  map[int]*agent.Proc
 	events chan agent.Event
+	// tails, gone and syncing: agents.go.
+	tails   map[int]*tail
+	gone    map[int]goneAgent
+	syncing map[int]bool
 	// lines and agentOrder are write's scratch space.
 	lines      map[int][]string
 	agentOrder []int
@@ -241,11 +245,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 				d.log.Info("configuration reloaded (SIGHUP)", "file", d.cfg.File)
 			}
 		case <-timer.C:
-			now := d.now()
-			d.intakeTick(now)
-			d.core.Tick(now)
-			d.apply()
-			d.saveStateDue(now)
+			d.tick()
 		}
 	}
 }
@@ -298,7 +298,9 @@ func (d *Daemon) close() {
 	d.spool.Close()
 }
 
-// shutdown ends every agent and waits for them within ShutdownTimeout.
+// shutdown ends every agent and waits for them, each with its whole process
+// group, within ShutdownTimeout; then kills the groups left (SIGTERM, then
+// SIGKILL a second later), so no process of an agent outlives the scheduler.
 func (d *Daemon) shutdown() error {
 	defer d.lastUnwritten() // after the agents' last reports
 	d.stopped = true
@@ -313,13 +315,7 @@ func (d *Daemon) shutdown() error {
 	for len(d.procs) > 0 {
 		select {
 		case ev := <-d.events:
-			if ev.Kind == agent.Exited {
-				delete(d.procs, ev.ID)
-				d.forgetLines(ev.ID)
-				d.core.AgentExited(d.now(), ev.ID, exitReason(ev))
-			} else if ev.Kind == agent.Line {
-				d.core.AgentLine(d.now(), ev.ID, ev.Line)
-			}
+			d.agentEvent(ev)
 			d.applyLog()
 		case <-deadline.C:
 			if killed {
@@ -355,23 +351,7 @@ func (d *Daemon) applyLog() {
 			d.log.Warn("re-reading control file", "msg", rr.Path, "error", err)
 		}
 	}
-}
-
-func (d *Daemon) agentEvent(ev agent.Event) {
-	now := d.now()
-	switch ev.Kind {
-	case agent.Line:
-		d.core.AgentLine(now, ev.ID, ev.Line)
-	case agent.TooLong:
-		d.core.AgentTooLong(now, ev.ID)
-	case agent.Exited:
-		delete(d.procs, ev.ID)
-		d.forgetLines(ev.ID)
-		if ev.Partial > 0 {
-			d.log.Warn("agent output ended in a partial line", "agent", ev.ID, "lost_bytes", ev.Partial)
-		}
-		d.core.AgentExited(now, ev.ID, exitReason(ev))
-	}
+	clear(d.gone)
 }
 
 func exitReason(ev agent.Event) string {

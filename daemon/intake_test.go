@@ -25,6 +25,7 @@ import (
 func intakeDaemon(t testing.TB, agent string, msgLimit, rcptLimit, msgs, maxRcpts int, drain bool) *Daemon {
 	t.Helper()
 	dir := t.TempDir()
+	testagents.LeakCheck(t, filepath.Join(dir, "po", "transport"))
 	if agent == "" {
 		agent = "/bin/false"
 	}

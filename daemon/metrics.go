@@ -124,6 +124,10 @@ var (
 	descArrived = prometheus.NewDesc("zsched_messages_arrived_total", "Messages read into core.", nil, nil)
 	descSpawned = prometheus.NewDesc("zsched_agents_started_total", "Transport agents started.", nil, nil)
 	descKilled  = prometheus.NewDesc("zsched_agents_killed_total", "Transport agents killed (job timeout, garbage, overlong lines).", nil, nil)
+	descUnavail = prometheus.NewDesc("zsched_transports_throttled",
+		"Rings whose transport may not start an agent now: its agents failed at start (transport_retry_time back-off or waiting for a probe).", nil, nil)
+	descThrottles = prometheus.NewDesc("zsched_transport_throttles_total",
+		"Transport throttles: a ring's agent exited before its first #hungry, died with jobs outstanding or could not be started.", nil, nil)
 )
 
 // gaugeCollector reads the core's gauges on the loop at scrape time.
@@ -131,7 +135,8 @@ type gaugeCollector struct{ d *Daemon }
 
 func (c *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMessages, descVertices, descRecipients, descThreads,
-		descAgents, descWindow, descCeiling, descBusy, descArrived, descSpawned, descKilled} {
+		descAgents, descWindow, descCeiling, descBusy, descArrived, descSpawned, descKilled,
+		descUnavail, descThrottles} {
 		ch <- d
 	}
 }
@@ -166,4 +171,6 @@ func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descArrived, n.Arrived)
 	counter(descSpawned, n.Spawned)
 	counter(descKilled, n.Killed)
+	gauge(descUnavail, g.Throttled)
+	counter(descThrottles, n.Throttles)
 }

@@ -3,11 +3,12 @@
 // everything), flaky (defers a fraction), deferall (the whole site fails),
 // crash (dies mid-job), hang (never answers), garbage (breaks the
 // protocol), slow (sink with a delay), limited (a destination that takes K
-// sessions at once and refuses the rest with 421), and agent.sh (a
-// hand-written POSIX shell agent). Each is a main package in its own
-// directory, built on package ta except garbage and agent.sh. This package
-// builds them for other packages' tests and holds the delivery logic they
-// share.
+// sessions at once and refuses the rest with 421), forker (forks a child
+// that delivers, as ZMailer's sm does), and agent.sh (a hand-written POSIX
+// shell agent). Each is a main package in its own directory, built on
+// package ta except garbage and agent.sh. This package builds them for
+// other packages' tests, holds the delivery logic they share, and checks
+// that no agent process outlives a test (LeakCheck).
 package testagents
 
 import (

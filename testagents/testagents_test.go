@@ -39,7 +39,7 @@ func run(m *testing.M) int {
 }
 
 func TestBuild(t *testing.T) {
-	for _, name := range []string{"sink", "flaky", "deferall", "crash", "hang", "garbage", "slow", Script} {
+	for _, name := range []string{"sink", "flaky", "deferall", "crash", "hang", "garbage", "slow", "forker", Script} {
 		p, ok := agents[name]
 		if !ok {
 			t.Errorf("Build did not return %s", name)
@@ -457,5 +457,59 @@ func TestScript(t *testing.T) {
 	}
 	if after := readFile(t, filepath.Join(dir, nobody.name)); !bytes.Equal(after, patch(nobody.data, nobody.offs[0]+1, "-      ")) {
 		t.Errorf("file after:\n%s", after)
+	}
+}
+
+// leakTB records what LeakCheck does with a test.
+type leakTB struct {
+	testing.TB
+	errs     []string
+	cleanups []func()
+}
+
+func (l *leakTB) Helper()                        {}
+func (l *leakTB) Cleanup(f func())               { l.cleanups = append(l.cleanups, f) }
+func (l *leakTB) Errorf(format string, a ...any) { l.errs = append(l.errs, fmt.Sprintf(format, a...)) }
+func (l *leakTB) Fatal(a ...any)                 { l.errs = append(l.errs, fmt.Sprint(a...)) }
+func (l *leakTB) end() {
+	for i := len(l.cleanups) - 1; i >= 0; i-- {
+		l.cleanups[i]()
+	}
+}
+
+// TestLeakCheck: a process left running in the directory fails the test
+// and is killed; one that exits in time, or a zombie, does not.
+func TestLeakCheck(t *testing.T) {
+	dir := t.TempDir()
+	start := func(script string) *exec.Cmd {
+		cmd := exec.Command("/bin/sh", "-c", script)
+		cmd.Dir = dir
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+
+	clean := &leakTB{TB: t}
+	leakCheck(clean, dir, 5*time.Second)
+	quick := start("read x < /dev/null; exit 0")
+	quick.Wait()
+	zombie := start("exit 0") // not reaped until after the check
+	clean.end()
+	zombie.Wait()
+	if len(clean.errs) != 0 {
+		t.Fatalf("no process left, but LeakCheck said %q", clean.errs)
+	}
+
+	leaky := &leakTB{TB: t}
+	leakCheck(leaky, dir, 100*time.Millisecond)
+	left := start("exec sleep 1000")
+	leaky.end()
+	err := left.Wait()
+	if len(leaky.errs) != 1 || !strings.Contains(leaky.errs[0], strconv.Itoa(left.Process.Pid)) {
+		t.Fatalf("LeakCheck said %q, want the leaked pid %d", leaky.errs, left.Process.Pid)
+	}
+	if ws, ok := left.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the leaked process ended with %v, want SIGKILL", err)
 	}
 }

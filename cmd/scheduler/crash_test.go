@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"zsched/ctlfile"
+	"zsched/testagents"
 )
 
 var (
@@ -51,6 +52,7 @@ func TestCrashSafety(t *testing.T) {
 
 	dir := t.TempDir()
 	po := filepath.Join(dir, "po")
+	testagents.LeakCheck(t, filepath.Join(po, "transport"))
 	logPath := filepath.Join(dir, "deliveries.log")
 	cfgPath := filepath.Join(dir, "scheduler.toml")
 	cfg := fmt.Sprintf(`[scheduler]
@@ -118,7 +120,6 @@ overfeed = %d
 		go func() { ch <- cmd.Wait() }()
 		return ch
 	}
-	t.Cleanup(func() { killAll(agentsIn(po)) })
 
 	cmd, stderr := run()
 	done := exited(cmd)

@@ -16,6 +16,7 @@ import (
 
 	"zsched/ctlfile"
 	"zsched/internal/tinyfs"
+	"zsched/testagents"
 )
 
 // Disk faults at completion (issue 9), end to end on a real full
@@ -305,11 +306,12 @@ func (p *postoffice) runOn(po string) *schedRun {
 	if err := r.cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}
+	// Runs after the scheduler is killed, and before the tmpfs is
+	// unmounted (registered earlier).
+	testagents.LeakCheck(p.t, filepath.Join(po, "transport"))
 	p.t.Cleanup(func() {
 		r.cmd.Process.Kill()
 		r.cmd.Wait()
-		killAll(agentsIn(po))
-		waitGone(po, 5*time.Second) // before the tmpfs is unmounted
 	})
 	go func() {
 		sc := bufio.NewScanner(stderr)

@@ -58,6 +58,8 @@ func newPostoffice(t *testing.T, clause string) *postoffice {
 		t.Fatal(binaries.err)
 	}
 	dir := t.TempDir()
+	// Agents left running when the test ends are a failure (issue 16).
+	testagents.LeakCheck(t, filepath.Join(dir, "po", "transport"))
 	cfg := fmt.Sprintf(`[scheduler]
 postoffice = %q
 scaninterval = "1s"
@@ -238,7 +240,8 @@ maxring = 4
 	rcpts := p.enqueue(30, 4, 5)
 	outs, log := p.drain()
 	p.checkDrained(rcpts, outs, true)
-	if !strings.Contains(log, "agent exited with work outstanding") {
+	// A crash with jobs outstanding throttles the ring (issue 16).
+	if !strings.Contains(log, "transport unavailable") {
 		t.Fatal("no agent crashed: the test proves nothing")
 	}
 }

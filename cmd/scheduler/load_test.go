@@ -23,6 +23,7 @@ import (
 
 	"zsched/control"
 	"zsched/ctlfile"
+	"zsched/testagents"
 )
 
 var (
@@ -109,6 +110,7 @@ func TestLoadOperatorViews(t *testing.T) {
 		t.Logf("kept: %s", dir)
 	}
 	po := filepath.Join(dir, "po")
+	testagents.LeakCheck(t, filepath.Join(po, "transport"))
 	cfgPath := filepath.Join(dir, "scheduler.toml")
 	// Every recipient in core: the limits are above the queue. The dead
 	// destinations retry after an hour, so they stay dead all through the
@@ -201,7 +203,6 @@ queueonly = %v
 			cmd.Process.Kill()
 			<-exited
 		}
-		killAll(agentsIn(po))
 	})
 
 	sock := filepath.Join(po, "transport", ".scheduler.sock")

@@ -1,10 +1,13 @@
 // Command sink is a transport agent that delivers every recipient by
 // acknowledging it: ok3, or ok2 and a d line under NOTIFY=SUCCESS.
 //
-//	sink -c channel [-log FILE] [host]
+//	sink -c channel [-log FILE] [-warn TEXT] [host]
 //
 // -log appends "inum/offset user" per delivered recipient with O_APPEND,
 // before the mark, so crash tests can count deliveries and duplicates.
+// -warn writes TEXT to stderr with every job, as a real agent may warn
+// about its configuration: in socketpair mode it lands in the protocol
+// stream, a line that is not protocol.
 package main
 
 import (
@@ -19,6 +22,7 @@ import (
 func main() {
 	fs := flag.NewFlagSet("sink", flag.ContinueOnError)
 	logPath := fs.String("log", "", "append one line per delivered recipient to this file")
+	warn := fs.String("warn", "", "write this line to stderr with every job")
 	a, err := ta.ParseFlags(fs, os.Args[1:], "")
 	if err != nil {
 		fail(err)
@@ -32,7 +36,14 @@ func main() {
 		defer f.Close()
 		s.Log = f
 	}
-	if err := a.Serve(s.Deliver); err != nil {
+	deliver := s.Deliver
+	if *warn != "" {
+		deliver = func(d *ta.Delivery) []ta.Result {
+			fmt.Fprintln(os.Stderr, *warn)
+			return s.Deliver(d)
+		}
+	}
+	if err := a.Serve(deliver); err != nil {
 		fail(err)
 	}
 }
