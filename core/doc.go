@@ -10,14 +10,19 @@
 //  1. New(cfg, logger, rng) builds an empty scheduler.
 //  2. Feed it events as they happen, each with the current time: Arrive for
 //     a control file read from the queue; AgentLine for each line an agent
-//     writes; AgentTooLong when an agent's line overflows; AgentExited once an
-//     agent's process has exited and all its output was delivered; Reread
-//     with the result of re-reading a control file the core asked for; Tick
-//     when the time from NextWakeup has come.
+//     writes; AgentStderr for each line of its own stderr stream (pipes);
+//     AgentTooLong when an agent's line overflows; AgentLingers when an
+//     agent's own process exited while others of its group run; AgentExited
+//     once no process of the agent's group is left and all its output was
+//     delivered, or when it could not be started; Reread with the result of
+//     re-reading a control file the core asked for; Tick when the time from
+//     NextWakeup has come. Before Tick, hand the core everything the agents
+//     Silent names have written: the sweep judges them silent otherwise.
 //  3. After each event call Ready and carry out its actions in the order of
 //     its fields: spawn agents, write lines, stop agents, append d lines, log
 //     outcomes, complete messages, re-read files (feeding each result back
-//     through Reread before the next event), send the DSNs asked for. The
+//     through Reread before the next event), send the DSNs asked for, log
+//     the transport throttles (with the failed agent's last words). The
 //     batch's slices are reused by the next call of Ready: copy what must
 //     outlive it.
 //  4. Sleep until NextWakeup or the next event, whichever is first.
