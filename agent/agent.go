@@ -61,9 +61,9 @@ type Spec struct {
 	// each thread that exists at that moment is adjusted; threads it
 	// creates later inherit the new value.
 	Nice int
-	// Drain bounds how long, after the process has exited, its output is
-	// still read while nothing arrives (a descendant holding it open);
-	// 0 = DefaultDrain.
+	// Drain bounds how long, after the process and its group are gone, its
+	// output is still read while nothing arrives (a process that left the
+	// group holding it open); 0 = DefaultDrain.
 	Drain time.Duration
 }
 
@@ -648,7 +648,7 @@ func (p *Proc) monitor(outDone, errDone <-chan struct{}, split *splitter, readEr
 	p.mu.Unlock()
 	p.w.in.SetWriteDeadline(time.Now())
 	if ms := members(p.pid); len(ms) > 0 {
-		p.log.Info("agent exited; processes of its group still run", "processes", len(ms))
+		p.log.Debug("agent exited; processes of its group still run", "processes", len(ms))
 		p.events <- Event{ID: p.id, Kind: Lingering, Line: strconv.Itoa(len(ms))}
 		p.waitGroup(ms)
 	}
