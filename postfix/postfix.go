@@ -86,8 +86,12 @@ type Config struct {
 	// service run by this process (Postfix's own "sleep" restriction only
 	// takes whole seconds).
 	RcptDelay time.Duration
-	// Main holds extra main.cf lines, "name = value".
+	// Main holds extra main.cf lines, "name = value"; a name given
+	// again overrides the default above (Postfix reads the last one).
 	Main []string
+	// Master holds extra master.cf service lines, e.g. an smtp client
+	// ("smtp unix - - n - - smtp") for an instance that relays.
+	Master []string
 }
 
 // Instance is a running private Postfix.
@@ -295,6 +299,9 @@ anvil     unix - - n - 1 anvil
 scache    unix - - n - 1 scache
 postlog   unix-dgram n - n - 1 postlogd
 `, in.Addr)
+	for _, l := range cfg.Master {
+		master += l + "\n"
+	}
 	var reject strings.Builder
 	addrs := make([]string, 0, len(cfg.Reject))
 	for a := range cfg.Reject {
