@@ -67,6 +67,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdTACheck(args, stdout, stderr)
 	case "bench":
 		err = cmdBench(args, stdout, stderr)
+	case "simulate":
+		err = cmdSimulate(args, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
