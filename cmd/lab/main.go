@@ -22,6 +22,9 @@ commands:
   postfix    the same experiment against a real Postfix smtpd through smtp-ta
   ceiling    the learned concurrency ceiling beside Postfix's 1/N feedback: limiter,
              unlimited server, noisy server, changing limit; sim and (unless -sim) real
+  simulate-validate
+             scheduler simulate's predictions beside real runs: a recorded run, a knob
+             changed, and a Postfix maillog (about 10 minutes)
 `
 
 func main() {
@@ -47,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return ceiling(args[1:], stdout, stderr)
 	case "cluster":
 		return clusterLab(args[1:], stdout, stderr)
+	case "simulate-validate":
+		return simulateValidate(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
