@@ -29,6 +29,9 @@ type postfixParser struct {
 	month    time.Month
 	qids     map[string]*qidState
 	jobs     map[string]postfixJob // per process: its current delivery
+	// channels maps a destination to the delivery agent last seen
+	// delivering there: error, retry and qmgr log deferrals on its behalf.
+	channels map[string]string
 	nextID   uint64
 	sec      time.Time // the second being held back
 	secLines int       // lines stamped with it
@@ -72,7 +75,8 @@ type heldRecord struct {
 }
 
 func newPostfixParser(o Options) *postfixParser {
-	return &postfixParser{opt: o, year: o.Year, qids: make(map[string]*qidState), jobs: make(map[string]postfixJob)}
+	return &postfixParser{opt: o, year: o.Year, qids: make(map[string]*qidState), jobs: make(map[string]postfixJob),
+		channels: make(map[string]string)}
 }
 
 // postfixLine is a maillog line cut into its parts.
@@ -438,7 +442,19 @@ func (p *postfixParser) delivery(n int, pl *postfixLine, out []Record) ([]Record
 	qs := p.qid(pl.qid)
 	rs := qs.rcpts[addr]
 	if rs == nil {
-		rs = &rcptState{channel: pl.prog, host: domain(addr)}
+		host := domain(addr)
+		ch := pl.prog
+		switch ch {
+		case "error", "retry", "qmgr":
+			// Deferred on a delivery agent's behalf: its destination is
+			// the agent's.
+			if ch = p.channels[host]; ch == "" {
+				ch = "smtp"
+			}
+		default:
+			p.channels[host] = ch
+		}
+		rs = &rcptState{channel: ch, host: host}
 		qs.rcpts[addr] = rs
 	}
 	if st != Suspended || rs.attempts == 0 {
@@ -446,7 +462,7 @@ func (p *postfixParser) delivery(n int, pl *postfixLine, out []Record) ([]Record
 	}
 	rs.final = st.Final()
 	rec := Record{
-		Msg: pl.qid, Rcpt: addr, Channel: pl.prog, Host: rs.host, Status: st, Word: status,
+		Msg: pl.qid, Rcpt: addr, Channel: rs.channel, Host: rs.host, Status: st, Word: status,
 		Attempt: max(rs.attempts, 1), Agent: pl.pid, Service: service, Setup: setup, Text: text,
 	}
 	rec.Job = p.job(pl, delaysS, st)

@@ -160,6 +160,7 @@ type Reader struct {
 	out    []Record // parsed; out[pos:] not yet returned
 	pos    int
 	err    error
+	long   []byte // a line longer than the buffer, gathered
 }
 
 // lineParser turns lines into records, appending them to out; flush
@@ -172,7 +173,7 @@ type lineParser interface {
 // NewReader returns a Reader of r in format f; Auto detects it from the
 // first lines (Detect).
 func NewReader(r io.Reader, f Format, o Options) *Reader {
-	br := bufio.NewReaderSize(r, maxLine)
+	br := bufio.NewReaderSize(r, 64<<10)
 	if f == Auto {
 		f = Detect(br)
 	}
@@ -256,15 +257,23 @@ func (r *Reader) readLine() ([]byte, error) {
 	for {
 		l, err := r.br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
-			r.stats.Lines++
-			r.malformed(fmt.Errorf("trace: line %d: longer than %d bytes", r.stats.Lines, maxLine))
+			// Longer than the buffer: gather it, up to maxLine.
+			r.long = append(r.long[:0], l...)
 			for errors.Is(err, bufio.ErrBufferFull) {
-				_, err = r.br.ReadSlice('\n')
+				l, err = r.br.ReadSlice('\n')
+				if len(r.long) <= maxLine {
+					r.long = append(r.long, l...)
+				}
 			}
-			if err != nil {
-				return nil, err
+			l = r.long
+			if len(trimEOL(l)) > maxLine {
+				r.stats.Lines++
+				r.malformed(fmt.Errorf("trace: line %d: longer than %d bytes", r.stats.Lines, maxLine))
+				if err != nil {
+					return nil, err
+				}
+				continue
 			}
-			continue
 		}
 		if len(l) == 0 {
 			return nil, err
