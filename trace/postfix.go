@@ -24,11 +24,11 @@ import (
 // give or take the rounding of the printed delays). delay=, which Postfix
 // measures precisely, then places each message's arrival.
 type postfixParser struct {
-	opt      Options
-	year     int
-	month    time.Month
-	qids     map[string]*qidState
-	jobs     map[string]postfixJob // per process: its current delivery
+	opt   Options
+	year  int
+	month time.Month
+	qids  map[string]*qidState
+	jobs  map[string]postfixJob // per process: its current delivery
 	// channels maps a destination to the delivery agent last seen
 	// delivering there: error, retry and qmgr log deferrals on its behalf.
 	channels map[string]string
