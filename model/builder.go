@@ -223,16 +223,22 @@ func (b *Builder) Model() *Model {
 	// sat idle before it (its window had shrunk, say) has a start too
 	// early, found against its destination's typical session.
 	typs := make([]typical, len(b.order))
-	var rest []obs
+	var rest, restRefused []obs
 	for i, a := range b.order {
 		if typs[i] = typicalOf(a.sessions); !typs[i].ok {
 			rest = append(rest, a.sessions...)
 		}
+		if !typs[i].okRefused {
+			restRefused = append(restRefused, a.sessions...)
+		}
 	}
-	pooled := typicalOf(rest)
+	pooled, pooledRefused := typicalOf(rest), typicalOf(restRefused)
 	for i := range typs {
 		if !typs[i].ok {
-			typs[i] = pooled
+			typs[i].byN, typs[i].perRcpt, typs[i].ok = pooled.byN, pooled.perRcpt, pooled.ok
+		}
+		if !typs[i].okRefused {
+			typs[i].refuse, typs[i].okRefused = pooledRefused.refuse, pooledRefused.okRefused
 		}
 	}
 	m := &Model{Startup: startup(b.order, typs)}
@@ -269,14 +275,14 @@ func (b *Builder) Model() *Model {
 }
 
 // typical is a destination's usual session, from its estimated sessions
-// that follow their agent's previous one (neither an agent's first nor a
-// refusal): the median for each recipient count with enough of them, else
-// the median per recipient times the count.
+// that follow their agent's previous one (not an agent's first): the
+// median for each recipient count with enough of them, else the median per
+// recipient times the count; and its usual refusal.
 type typical struct {
-	byN     map[int32]time.Duration
-	perRcpt time.Duration
-	refuse  time.Duration
-	ok      bool
+	byN        map[int32]time.Duration
+	perRcpt    time.Duration
+	refuse     time.Duration
+	ok, okRefused bool // enough accepted, refused sessions to tell
 }
 
 // minTypical is how many sessions make a median.
@@ -286,25 +292,34 @@ func typicalOf(ss []obs) typical {
 	byN := make(map[int32][]time.Duration)
 	var per, refuse []time.Duration
 	for _, o := range ss {
-		if !o.estimated || o.first {
+		if !o.estimated {
 			continue
 		}
 		d := time.Duration(o.end - o.start)
 		if o.refused {
+			// A refusal is quick; what makes one seem long is time the
+			// agent spent before it (starting, or idle), so the lower
+			// quartile of all of them is taken, first jobs included.
 			refuse = append(refuse, d)
+			continue
+		}
+		if o.first {
 			continue
 		}
 		byN[o.n] = append(byN[o.n], d)
 		per = append(per, d/time.Duration(max(o.n, 1)))
 	}
-	t := typical{byN: make(map[int32]time.Duration), ok: len(per) >= minTypical}
+	t := typical{byN: make(map[int32]time.Duration), ok: len(per) >= minTypical, okRefused: len(refuse) >= minTypical}
 	for n, ds := range byN {
 		if len(ds) >= minTypical {
 			t.byN[n] = median(ds)
 		}
 	}
 	t.perRcpt = median(per)
-	t.refuse = median(refuse)
+	if len(refuse) > 0 {
+		slices.Sort(refuse)
+		t.refuse = quantile(refuse, 0.25)
+	}
 	return t
 }
 
@@ -366,9 +381,6 @@ const (
 // moved to the end of another session that leaves it closest to a typical
 // session, or to a typical session before its end if none is near.
 func settle(ss []obs, t typical, startup time.Duration) {
-	if !t.ok {
-		return
-	}
 	ends := make([]int64, len(ss))
 	for i, o := range ss {
 		ends[i] = o.end
@@ -376,7 +388,7 @@ func settle(ss []obs, t typical, startup time.Duration) {
 	slices.Sort(ends)
 	for i := range ss {
 		o := &ss[i]
-		if !o.estimated {
+		if !o.estimated || o.refused && !t.okRefused || !o.refused && !t.ok {
 			continue
 		}
 		typ := t.of(*o)
