@@ -279,9 +279,9 @@ func (b *Builder) Model() *Model {
 // median for each recipient count with enough of them, else the median per
 // recipient times the count; and its usual refusal.
 type typical struct {
-	byN        map[int32]time.Duration
-	perRcpt    time.Duration
-	refuse     time.Duration
+	byN           map[int32]time.Duration
+	perRcpt       time.Duration
+	refuse        time.Duration
 	ok, okRefused bool // enough accepted, refused sessions to tell
 }
 
