@@ -96,6 +96,8 @@ func (b *Builder) dest(channel, host string) *acc {
 	k := [2]string{channel, host}
 	a := b.dests[k]
 	if a == nil {
+		channel, host = strings.Clone(channel), strings.Clone(host)
+		k = [2]string{channel, host}
 		a = &acc{channel: channel, host: host}
 		b.dests[k] = a
 		b.order = append(b.order, a)
@@ -106,13 +108,17 @@ func (b *Builder) dest(channel, host string) *acc {
 // Add takes one record.
 func (b *Builder) Add(r trace.Record) {
 	a := b.dest(r.Channel, r.Host)
-	key := r.Msg + "\x00" + r.Rcpt
-	due, known := b.due[key]
-	if known {
-		delete(b.due, key)
-	}
-	if !r.Next.IsZero() {
-		b.due[key] = r.Next.UnixNano()
+	// A retry is due when its last attempt said (zsched's next=).
+	var due int64
+	var known bool
+	if r.Attempt > 1 || !r.Next.IsZero() {
+		key := r.Msg + "\x00" + r.Rcpt
+		if due, known = b.due[key]; known {
+			delete(b.due, key)
+		}
+		if !r.Next.IsZero() {
+			b.due[key] = r.Next.UnixNano()
+		}
 	}
 	if r.Word == "retryat" && !r.Next.IsZero() && len(a.retry) < 1000 {
 		a.retry = append(a.retry, r.Next.Sub(r.At))
@@ -134,11 +140,13 @@ func (b *Builder) Add(r trace.Record) {
 			}
 		}
 		_, seen := b.agentEnd[r.Agent]
-		s = &session{id: r.Job, dest: a, agent: r.Agent, first: !seen, service: -1, setup: -1}
+		// The record's strings share its log line: keys are copied.
+		agent := strings.Clone(r.Agent)
+		s = &session{id: r.Job, dest: a, agent: agent, first: !seen, service: -1, setup: -1}
 		b.open[r.Job] = s
-		b.byAgent[r.Agent] = r.Job
+		b.byAgent[agent] = r.Job
 		if !seen {
-			b.agentEnd[r.Agent] = 0
+			b.agentEnd[agent] = 0
 		}
 	}
 	s.n++
@@ -223,16 +231,16 @@ func (b *Builder) Model() *Model {
 	// sat idle before it (its window had shrunk, say) has a start too
 	// early, found against its destination's typical session.
 	typs := make([]typical, len(b.order))
-	var rest, restRefused []obs
+	var rest, restRefused [][]obs
 	for i, a := range b.order {
 		if typs[i] = typicalOf(a.sessions); !typs[i].ok {
-			rest = append(rest, a.sessions...)
+			rest = append(rest, a.sessions)
 		}
 		if !typs[i].okRefused {
-			restRefused = append(restRefused, a.sessions...)
+			restRefused = append(restRefused, a.sessions)
 		}
 	}
-	pooled, pooledRefused := typicalOf(rest), typicalOf(restRefused)
+	pooled, pooledRefused := typicalOf(rest...), typicalOf(restRefused...)
 	for i := range typs {
 		if !typs[i].ok {
 			typs[i].byN, typs[i].perRcpt, typs[i].ok = pooled.byN, pooled.perRcpt, pooled.ok
@@ -288,26 +296,11 @@ type typical struct {
 // minTypical is how many sessions make a median.
 const minTypical = 5
 
-func typicalOf(ss []obs) typical {
+func typicalOf(groups ...[]obs) typical {
 	byN := make(map[int32][]time.Duration)
 	var per, refuse []time.Duration
-	for _, o := range ss {
-		if !o.estimated {
-			continue
-		}
-		d := time.Duration(o.end - o.start)
-		if o.refused {
-			// A refusal is quick; what makes one seem long is time the
-			// agent spent before it (starting, or idle), so the lower
-			// quartile of all of them is taken, first jobs included.
-			refuse = append(refuse, d)
-			continue
-		}
-		if o.first {
-			continue
-		}
-		byN[o.n] = append(byN[o.n], d)
-		per = append(per, d/time.Duration(max(o.n, 1)))
+	for _, ss := range groups {
+		typicalAdd(ss, byN, &per, &refuse)
 	}
 	t := typical{byN: make(map[int32]time.Duration), ok: len(per) >= minTypical, okRefused: len(refuse) >= minTypical}
 	for n, ds := range byN {
@@ -321,6 +314,27 @@ func typicalOf(ss []obs) typical {
 		t.refuse = quantile(refuse, 0.25)
 	}
 	return t
+}
+
+func typicalAdd(ss []obs, byN map[int32][]time.Duration, per, refuse *[]time.Duration) {
+	for _, o := range ss {
+		if !o.estimated {
+			continue
+		}
+		d := time.Duration(o.end - o.start)
+		if o.refused {
+			// A refusal is quick; what makes one seem long is time the
+			// agent spent before it (starting, or idle), so the lower
+			// quartile of all of them is taken, first jobs included.
+			*refuse = append(*refuse, d)
+			continue
+		}
+		if o.first {
+			continue
+		}
+		byN[o.n] = append(byN[o.n], d)
+		*per = append(*per, d/time.Duration(max(o.n, 1)))
+	}
 }
 
 func median(ds []time.Duration) time.Duration {

@@ -103,7 +103,8 @@ func (b *loader) dest(channel, host string) int32 {
 		return i
 	}
 	i := int32(len(b.w.Dests))
-	b.dests[k] = i
+	channel, host = strings.Clone(channel), strings.Clone(host)
+	b.dests[[2]string{channel, host}] = i
 	b.w.Dests = append(b.w.Dests, Dest{Channel: channel, Host: host})
 	return i
 }
@@ -122,24 +123,33 @@ func (b *loader) add(r trace.Record) {
 	}
 	if !ok {
 		mi = int32(len(b.w.Msgs))
-		b.msgs[r.Msg] = mi
+		// The record's strings share its log line: the key is copied.
+		b.msgs[strings.Clone(r.Msg)] = mi
 		b.w.Msgs = append(b.w.Msgs, Msg{Arrival: r.Arrival})
 		// Recipients of the id's former instance can no longer come.
 		// (They stay in pending until then: a rare leak, bounded by
 		// the recipients an id reuse cut off.)
 	}
-	key := r.Msg + "\x00" + r.Rcpt
-	if !b.pending[key] {
-		// A recipient not seen before (or seen final, then again: a
-		// reused id with the same recipient key, treated as new).
+	// A first attempt (or an expiry without one) is a recipient not seen
+	// before; a later one was seen if its earlier outcome is in the
+	// trace. Only recipients not yet final are remembered.
+	var key string
+	seen := false
+	if r.Attempt > 1 || !r.Status.Final() {
+		key = r.Msg + "\x00" + r.Rcpt
+		seen = r.Attempt > 1 && b.pending[key]
+	}
+	if !seen {
 		d := b.dest(r.Channel, r.Host)
 		b.w.Msgs[mi].Rcpts = append(b.w.Msgs[mi].Rcpts, d)
 		b.w.Dests[d].Recipients++
 		b.w.Recipients++
 	}
-	if r.Status.Final() {
+	switch {
+	case key == "":
+	case r.Status.Final():
 		delete(b.pending, key)
-	} else {
+	default:
 		b.pending[key] = true
 	}
 	b.tally(r)
@@ -172,9 +182,10 @@ func (b *loader) tally(r trace.Record) {
 	if r.Agent != "" && r.Agent != "0" && r.Status != trace.Suspended && r.Status != trace.Expired {
 		s := b.agents[r.Agent]
 		if s == nil {
+			a := strings.Clone(r.Agent)
 			s = &span{first: r.At}
-			b.agents[r.Agent] = s
-			b.agentSeq = append(b.agentSeq, r.Agent)
+			b.agents[a] = s
+			b.agentSeq = append(b.agentSeq, a)
 		}
 		s.last = r.At
 	}
