@@ -259,6 +259,9 @@ func (m *Model) Write(w io.Writer) error {
 		name := d.Channel + "/" + d.Host
 		if d.Shared {
 			name = "(default)"
+			if m.Pooled == 0 {
+				name = "(default: all of them)"
+			}
 		}
 		limit := "-"
 		if d.Limit > 0 {
