@@ -99,6 +99,7 @@ func Run(cfg *config.Config, w *Workload, m Model, o Options) (Result, error) {
 		nextIn:  1000,
 	}
 	for i, d := range w.Dests {
+		_, s.dests[i].routed = cfg.Match(d.Channel, d.Host)
 		s.dests[i].server = m.Server(d.Channel, d.Host)
 		s.destIdx[[2]string{d.Channel, strings.ToLower(d.Host)}] = int32(i)
 		s.dests[i].top = -1
@@ -131,18 +132,19 @@ type run struct {
 	rng  *rand.Rand
 	now  time.Time
 
-	events  eventQueue
-	seq     uint64
-	agents  map[int]*agent
-	live    int
-	msgs    map[int64]*msg
-	nextIn  int64
-	next    int // next message of w to arrive
-	inRcpts int // recipients pending in core (admission)
-	dests   []destState
-	destIdx map[[2]string]int32
-	startup time.Duration
-	status  []report.Status // scratch
+	events   eventQueue
+	seq      uint64
+	agents   map[int]*agent
+	live     int
+	msgs     map[int64]*msg
+	nextIn   int64
+	next     int // next message of w to arrive
+	inRcpts  int // recipients pending in core (admission)
+	unrouted int // of them, at destinations no clause matches: they wait for a reload
+	dests    []destState
+	destIdx  map[[2]string]int32
+	startup  time.Duration
+	status   []report.Status // scratch
 
 	res    Result
 	delays []time.Duration
@@ -154,7 +156,8 @@ type run struct {
 // destState is a destination's state in the simulation.
 type destState struct {
 	server model.Server
-	open   int // accepted sessions in progress
+	routed bool // a clause matches it
+	open   int  // accepted sessions in progress
 	peak   int
 	top    int // index in res.Top, -1 if not followed
 	wsum   float64
@@ -264,12 +267,19 @@ func (s *run) loop() error {
 			}
 		}
 		if wake := s.core.NextWakeup(); !wake.IsZero() && (kind == 0 || wake.Before(at)) {
-			if kind == 0 && s.next >= len(s.w.Msgs) && s.core.Messages() == 0 {
-				break // nothing queued: only idle agents age
+			if kind == 0 && s.next >= len(s.w.Msgs) && s.inRcpts <= s.unrouted {
+				// Nothing queued that can move: only idle agents age,
+				// and mail no clause routes waits for a reload.
+				break
 			}
 			at, kind = wake, 3
 		}
 		if kind == 0 {
+			break
+		}
+		if s.o.Until.IsZero() && at.Sub(s.w.End) > maxOverrun {
+			s.fail(fmt.Errorf("replay: %d recipients still queued %s after the trace's end (is expiry off?); stopped",
+				s.inRcpts, maxOverrun))
 			break
 		}
 		if !s.o.Until.IsZero() && at.After(s.o.Until) {
@@ -306,6 +316,10 @@ func (s *run) loop() error {
 	return s.err
 }
 
+// maxOverrun bounds a run without Until past the trace's end: mail that
+// never expires would keep the clock going.
+const maxOverrun = 366 * 24 * time.Hour
+
 // admits reports whether the next message may enter the core: the
 // daemon's active limits (DESIGN §8); an empty core takes any message.
 func (s *run) admits(l config.Scheduler) bool {
@@ -329,6 +343,11 @@ func (s *run) arrive() {
 	s.msgs[m.inum] = m
 	s.inRcpts += len(wm.Rcpts)
 	s.res.Recipients += len(wm.Rcpts)
+	for _, d := range wm.Rcpts {
+		if !s.dests[d].routed {
+			s.unrouted++
+		}
+	}
 	if err := s.core.Arrive(s.now, s.arrival(m)); err != nil {
 		s.fail(fmt.Errorf("replay: arrive %d: %w", m.inum, err))
 	}
@@ -587,6 +606,7 @@ func (s *run) result() Result {
 	r.Until = s.now
 	r.Events = s.count
 	r.Pending = r.Recipients - r.Delivered - r.Failed - r.Expired
+	r.Unrouted = s.unrouted
 	// Messages that never entered the core are pending too.
 	for _, m := range s.w.Msgs[s.next:] {
 		r.Recipients += len(m.Rcpts)

@@ -222,3 +222,30 @@ func TestWriteTable(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayEnds: mail no clause routes waits for a reload, as in the
+// daemon, and does not keep the clock going; mail that never expires at
+// a dead destination stops the run with an error a year on.
+func TestReplayEnds(t *testing.T) {
+	w, m := labWorkload(), labTruth()
+	cfg, err := config.Parse("only.toml", []byte("[scheduler]\npostoffice = \"/x\"\n[defaults]\nexpiry = \"10m\"\n[[clause]]\nselect = \"smtp/limited.test\"\ncommand = \"x\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Run(cfg, w, m, Options{Seed: 1, Check: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := w.Recipients - w.Dests[0].Recipients; r.Unrouted != want || r.Pending != want || r.Delivered != w.Dests[0].Recipients {
+		t.Errorf("unrouted %d, pending %d, delivered %d; want %d, %d, %d", r.Unrouted, r.Pending, r.Delivered, want, want, w.Dests[0].Recipients)
+	}
+	never, err := config.Parse("never.toml", []byte("[scheduler]\npostoffice = \"/x\"\n[defaults]\nexpiry = 0\nexpiry2 = 0\n[[clause]]\nselect = \"smtp/*\"\ncommand = \"x\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := &Workload{Dests: w.Dests, Msgs: []Msg{{Arrival: t0, Rcpts: []int32{1}}}, Recipients: 1, Start: t0, End: t0}
+	_, err = Run(never, one, m, Options{Seed: 1})
+	if err == nil || !strings.Contains(err.Error(), "still queued") {
+		t.Errorf("mail that never expires: %v", err)
+	}
+}

@@ -18,6 +18,7 @@ type Result struct {
 	Failed     int // permanently
 	Expired    int
 	Pending    int // neither of those when the run (or the trace) ended
+	Unrouted   int // of them, at destinations no clause of the configuration matches
 	// FirstAttempts counts recipients' first attempts; FirstDeferred those
 	// that did not end the recipient (deferred, refused, suspended).
 	FirstAttempts int
@@ -92,6 +93,7 @@ func WriteTable(w io.Writer, rs []Result) error {
 	add("failed", func(r Result) string { return fmt.Sprint(r.Failed) })
 	add("expired", func(r Result) string { return fmt.Sprint(r.Expired) })
 	add("pending at end", func(r Result) string { return fmt.Sprint(r.Pending) })
+	add("  of them unrouted (no clause)", func(r Result) string { return fmt.Sprint(r.Unrouted) })
 	add("first-pass deferred %", func(r Result) string { return fmt.Sprintf("%.1f", r.FirstDeferredPct()) })
 	add("refusals (site failures)", func(r Result) string { return fmt.Sprint(r.Refusals) })
 	add("delay p50", func(r Result) string { return fmtDelay(r.DelayP50) })
@@ -166,6 +168,7 @@ type jsonResult struct {
 	Failed           int          `json:"failed"`
 	Expired          int          `json:"expired"`
 	Pending          int          `json:"pending"`
+	Unrouted         int          `json:"unrouted"`
 	FirstAttempts    int          `json:"first_attempts"`
 	FirstDeferred    int          `json:"first_deferred"`
 	FirstDeferredPct float64      `json:"first_deferred_pct"`
@@ -185,7 +188,7 @@ type jsonResult struct {
 func (r Result) MarshalJSON() ([]byte, error) {
 	return json.Marshal(jsonResult{
 		Name: r.Name, Recipients: r.Recipients, Delivered: r.Delivered, Failed: r.Failed,
-		Expired: r.Expired, Pending: r.Pending, FirstAttempts: r.FirstAttempts,
+		Expired: r.Expired, Pending: r.Pending, Unrouted: r.Unrouted, FirstAttempts: r.FirstAttempts,
 		FirstDeferred: r.FirstDeferred, FirstDeferredPct: r.FirstDeferredPct(), Refusals: r.Refusals,
 		DelayP50: r.DelayP50.Seconds(), DelayP95: r.DelayP95.Seconds(), DelayP99: r.DelayP99.Seconds(),
 		AgentsStarted: r.AgentsStarted, PeakAgents: r.PeakAgents, Top: r.Top, Until: r.Until,
