@@ -245,7 +245,7 @@ func TestReplayEnds(t *testing.T) {
 	if want := w.Recipients - w.Dests[0].Recipients; r.Unrouted != want || r.Pending != want || r.Delivered != w.Dests[0].Recipients {
 		t.Errorf("unrouted %d, pending %d, delivered %d; want %d, %d, %d", r.Unrouted, r.Pending, r.Delivered, want, want, w.Dests[0].Recipients)
 	}
-	never, err := config.Parse("never.toml", []byte("[scheduler]\npostoffice = \"/x\"\n[defaults]\nexpiry = 0\nexpiry2 = 0\n[[clause]]\nselect = \"smtp/*\"\ncommand = \"x\"\n"))
+	never, err := config.Parse("never.toml", []byte("[scheduler]\npostoffice = \"/x\"\n[defaults]\nexpiry = 0\nexpiry2 = 0\ninterval = \"6h\"\n[[clause]]\nselect = \"smtp/*\"\ncommand = \"x\"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
