@@ -1262,10 +1262,7 @@ func sortedAgents(m map[int]*agent) []*agent {
 
 // sameAgent reports whether an agent started for clause a can serve clause
 // b: the same process would be started for both.
-func sameAgent(a, b *config.Clause) bool {
-	return a.Command.String() == b.Command.String() && a.Stdio == b.Stdio &&
-		a.User == b.User && a.Group == b.Group && a.Nice == b.Nice
-}
+func sameAgent(a, b *config.Clause) bool { return config.SameAgent(a, b) }
 
 // ending counts r's agents that are on their way out.
 func (s *Scheduler) ending(r *ring.Ring) int {
