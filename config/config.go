@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -83,6 +84,36 @@ type Config struct {
 	File      string   // the file it was loaded from
 
 	sel []selector // Match's lowercased patterns, built by Parse
+
+	// Where keys are written, for errors found after Parse (Errorf).
+	lines       *fileLines
+	clauseLines []*tableLines
+}
+
+// Errorf returns an error at the line where key is written: in clause i,
+// or in [defaults] when the clause inherits it (the clause's header line
+// when neither writes it); in [scheduler] when i < 0. Checks that run after
+// Parse (package preflight) report through it, as Parse does.
+func (c *Config) Errorf(i int, key, format string, args ...any) *Error {
+	e := &Error{File: c.File, Msg: fmt.Sprintf(format, args...)}
+	if i < 0 {
+		e.Key = "scheduler." + key
+		if c.lines != nil {
+			e.Line = c.lines.table("scheduler").line(key)
+		}
+		return e
+	}
+	e.Key = "clause." + key
+	if i < len(c.clauseLines) {
+		tl := c.clauseLines[i]
+		e.Line = tl.header
+		if n, ok := tl.keys[key]; ok {
+			e.Line = n
+		} else if n, ok := c.lines.table("defaults").keys[key]; ok {
+			e.Line, e.Key = n, "defaults."+key
+		}
+	}
+	return e
 }
 
 // selector is a clause's Select split and lowercased once.

@@ -78,6 +78,7 @@ func parse(name, dir string, data []byte) (*Config, error) {
 	}
 	p := &parser{file: name, dir: dir, lines: scanLines(string(data))}
 	c := Default()
+	c.lines = p.lines
 
 	for _, key := range sortedKeys(raw) {
 		switch key {
@@ -120,6 +121,7 @@ func parse(name, dir string, data []byte) (*Config, error) {
 			p.clause(&l, "clause", m, tl)
 			cl := p.finishClause(l, "clause", tl)
 			c.Clauses = append(c.Clauses, cl)
+			c.clauseLines = append(c.clauseLines, tl)
 			c.sel = append(c.sel, newSelector(cl.Select))
 		}
 	}
