@@ -129,10 +129,10 @@ type Server struct {
 func Listen(opt Options) (*Server, error) {
 	opt.defaults()
 	s := &Server{
-		opt:   opt,
-		log:   opt.Log,
-		reqs:  make(chan *Request),
-		done:  make(chan struct{}),
+		opt:      opt,
+		log:      opt.Log,
+		reqs:     make(chan *Request),
+		done:     make(chan struct{}),
 		slots:    make(chan struct{}, opt.MaxClients),
 		tcpSlots: make(chan struct{}, opt.MaxTCPClients),
 		preAuth:  make(chan struct{}, opt.MaxPreAuth),
