@@ -57,11 +57,11 @@ func (s *site) config(t *testing.T, scheduler, clause string) *config.Config {
 // the host, with the message each gets (the README shows this table).
 var checkCases = []struct {
 	name       string
-	root       bool                  // needs root (another user's view of modes)
-	scheduler  string                // [scheduler] lines
-	clause     string                // clause lines
+	root       bool                    // needs root (another user's view of modes)
+	scheduler  string                  // [scheduler] lines
+	clause     string                  // clause lines
 	breakIt    func(*testing.T, *site) // after the config is written
-	want, warn string                // a substring of the error, or of the warning
+	want, warn string                  // a substring of the error, or of the warning
 }{
 	{name: "missing agent program", breakIt: func(t *testing.T, s *site) { os.Remove(s.prog) },
 		want: "clause.command: smtp/*: program %PROG does not exist"},
