@@ -276,10 +276,11 @@ maxring = 10
 	report := strings.Join(e.ok("SHOW QUEUE THREADS").Lines, "\n")
 	for _, want := range []string{
 		"smtp/*/0\n",
-		fmt.Sprintf("    smtp/a.test/0\tN=2 R=2 A=0 P={%d,%d} ", ta.Pids[0], ta.Pids[1]),
-		fmt.Sprintf("    smtp/b.test/0\tN=1 R=2 A=0 P={%d} ", tb.Pids[0]),
-		"Threads: 2 Msgs: 3 Procs: 3 Idle: 0 Plim: 10 Flim: 0 Tlim: 20\n",
-		"Kids: 3  Idle: 0  Msgs: 3  Thrds: 2  Rcpnts: 4  Uptime: ",
+		// ZMailer's layout: tabs to the thread's fields, padded columns.
+		fmt.Sprintf("    smtp/a.test/0\t\tN=2   R=2   A=0  P={%d,%d} ", ta.Pids[0], ta.Pids[1]),
+		fmt.Sprintf("    smtp/b.test/0\t\tN=1   R=2   A=0  P={%d} ", tb.Pids[0]),
+		"\tThreads:    2 Msgs:     3 Procs:   3 Idle:   0 Plim:  10 Flim:   0 Tlim:  20\n",
+		"Kids: 3  Idle:  0  Msgs:   3  Thrds:   2  Rcpnts:    4  Uptime: ",
 	} {
 		if !strings.Contains(report, want) {
 			t.Fatalf("thread report lacks %q:\n%s", want, report)
@@ -292,7 +293,7 @@ maxring = 10
 		t.Fatalf("THREADS2: %q", t2)
 	}
 	st := e.ok("SHOW THREAD smtp a.test").Lines
-	if len(st) != 3 || !strings.HasPrefix(st[0], "#smtp/a.test/0\tN=2") {
+	if len(st) != 3 || !strings.HasPrefix(st[0], "#smtp/a.test/0\tN=2   R=2") {
 		t.Fatalf("SHOW THREAD: %q", st)
 	}
 	paths := []string{strings.Split(st[1], "\t")[0], strings.Split(st[2], "\t")[0]}
