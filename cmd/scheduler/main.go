@@ -72,15 +72,21 @@ func commands() []command {
 		{"enqueue", "write a message into the queue and notify the scheduler", cmdEnqueue},
 		{"check", "validate a configuration, and what it needs from this host", cmdCheck},
 		{"ta-check", "check a transport agent against the TA protocol (-- AGENT ARGS...)",
-			func(args []string, _ io.Reader, stdout, stderr io.Writer) error { return cmdTACheck(args, stdout, stderr) }},
+			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+				return cmdTACheck(args, stdout, stderr)
+			}},
 		{"bench", "generate a queue and time its drain with the sink agent",
-			func(args []string, _ io.Reader, stdout, stderr io.Writer) error { return cmdBench(args, stdout, stderr) }},
+			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+				return cmdBench(args, stdout, stderr)
+			}},
 		{"version", "print the version, commit and Go version", cmdVersion},
 		{"help", "print the usage of every command, or of one", nil},
 	}
 	for _, name := range opsOrder {
 		cmds = append(cmds, command{name, opsCommands[name].summary,
-			func(args []string, _ io.Reader, stdout, stderr io.Writer) error { return cmdOps(name, args, stdout, stderr) }})
+			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+				return cmdOps(name, args, stdout, stderr)
+			}})
 	}
 	return cmds
 }
