@@ -920,7 +920,7 @@ func (s *Scheduler) Turn(now time.Time, name string) int {
 			n++
 		}
 	}
-	s.log.Info("etrn", "name", name, "threads", len(ts), "started", n)
+	s.log.Debug("etrn", "name", name, "threads", len(ts), "started", n)
 	return n
 }
 

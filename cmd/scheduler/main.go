@@ -266,7 +266,7 @@ func loadConfig(flagValue string) (*config.Config, error) {
 	cfg, err := config.Load(path)
 	if err != nil && errors.Is(err, fs.ErrNotExist) && flagValue == "" && os.Getenv("ZSCHED_CONFIG") == "" {
 		return nil, fmt.Errorf("no configuration: ./%s is absent and %s: %w (give -config FILE or set ZSCHED_CONFIG)",
-			localConfig, systemConfig, errors.Unwrap(err))
+			localConfig, systemConfig, syscall.ENOENT)
 	}
 	return cfg, err
 }
