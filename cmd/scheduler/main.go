@@ -397,7 +397,7 @@ func cmdRun(args []string, _ io.Reader, _, stderr io.Writer) error {
 	defer cancel(nil)
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
+	defer func() { signal.Stop(sigs); close(sigs) }()
 	go func() {
 		stops := 0
 		for sig := range sigs {
@@ -463,10 +463,8 @@ func cmdInit(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if r := preflight.Check(cfg, preflight.Options{NoPostoffice: true}); len(r.Errors) > 0 {
-		// Creating a spool for a configuration that cannot run helps no one.
-		return reportCheck(cfg.File, r, stdout, stderr)
-	}
+	// The postoffice first, whatever else check finds: programs and users
+	// may well come after it.
 	fresh, err := makePostoffice(cfg)
 	if err != nil {
 		return fmt.Errorf("init: %w", err)
