@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -83,6 +84,36 @@ type Config struct {
 	File      string   // the file it was loaded from
 
 	sel []selector // Match's lowercased patterns, built by Parse
+
+	// Where keys are written, for errors found after Parse (Errorf).
+	lines       *fileLines
+	clauseLines []*tableLines
+}
+
+// Errorf returns an error at the line where key is written: in clause i,
+// or in [defaults] when the clause inherits it (the clause's header line
+// when neither writes it); in [scheduler] when i < 0. Checks that run after
+// Parse (package preflight) report through it, as Parse does.
+func (c *Config) Errorf(i int, key, format string, args ...any) *Error {
+	e := &Error{File: c.File, Msg: fmt.Sprintf(format, args...)}
+	if i < 0 {
+		e.Key = "scheduler." + key
+		if c.lines != nil {
+			e.Line = c.lines.table("scheduler").line(key)
+		}
+		return e
+	}
+	e.Key = "clause." + key
+	if i < len(c.clauseLines) {
+		tl := c.clauseLines[i]
+		e.Line = tl.header
+		if n, ok := tl.keys[key]; ok {
+			e.Line = n
+		} else if n, ok := c.lines.table("defaults").keys[key]; ok {
+			e.Line, e.Key = n, "defaults."+key
+		}
+	}
+	return e
 }
 
 // selector is a clause's Select split and lowercased once.
@@ -128,49 +159,20 @@ func Default() *Config {
 }
 
 func defaultScheduler() Scheduler {
-	return Scheduler{
-		ScanInterval:         Duration(10 * time.Second),
-		LogLevel:             "info",
-		LogFormat:            "text",
-		MaxTA:                1000,
-		ForkRate:             100,
-		MessageActiveLimit:   20000,
-		RecipientActiveLimit: 20000,
-		StartupMaxRing:       2,
-		ShutdownTimeout:      Duration(10 * time.Second),
-	}
+	var s Scheduler
+	applyDefaults(&s, schedulerTable)
+	return s
 }
 
-// defaultRetries is ZMailer's shipped Fibonacci list.
-var defaultRetries = [...]int{1, 1, 2, 3, 5, 8, 13, 21, 34}
-
+// defaultClause is clauseTable's defaults, with those derived from others
+// resolved as finishClause resolves them.
 func defaultClause() Clause {
-	return Clause{
-		Stdio:                StdioSocketpair,
-		Interval:             Duration(time.Minute),
-		Retries:              append([]int(nil), defaultRetries[:]...),
-		Skew:                 5,
-		Expiry:               Duration(5 * day),
-		Expiry2:              Duration(2 * day),
-		IdleMax:              Duration(3 * time.Minute),
-		MaxChannel:           1000,
-		MaxRing:              20,
-		MaxThr:               20,
-		Order:                OrderPreemptive,
-		JobTimeout:           Duration(10 * time.Minute),
-		TransportRetryTime:   Duration(time.Minute),
-		InitialConcurrency:   5,
-		PositiveFeedback:     Feedback{Kind: FeedbackInverse, Value: 1},
-		NegativeFeedback:     Feedback{Kind: FeedbackInverse, Value: 1},
-		FailedCohortLimit:    1,
-		LearnedCeiling:       true,
-		CeilingProbeFactor:   10,
-		CeilingTTL:           Duration(time.Hour),
-		DeliverySlotCost:     5,
-		DeliverySlotLoan:     3,
-		DeliverySlotDiscount: 50,
-		MinimumDeliverySlots: 3,
-	}
+	var l layer
+	applyDefaults(&l, clauseTable)
+	c := l.c
+	c.IdleMax = Duration(mulSat(time.Duration(c.Interval), 3))
+	c.AgeOrder = c.Order == OrderAge
+	return c
 }
 
 // Error is a configuration error at a file, line and key.

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"net/netip"
 	"os"
@@ -79,6 +78,7 @@ func parse(name, dir string, data []byte) (*Config, error) {
 	}
 	p := &parser{file: name, dir: dir, lines: scanLines(string(data))}
 	c := Default()
+	c.lines = p.lines
 
 	for _, key := range sortedKeys(raw) {
 		switch key {
@@ -121,6 +121,7 @@ func parse(name, dir string, data []byte) (*Config, error) {
 			p.clause(&l, "clause", m, tl)
 			cl := p.finishClause(l, "clause", tl)
 			c.Clauses = append(c.Clauses, cl)
+			c.clauseLines = append(c.clauseLines, tl)
 			c.sel = append(c.sel, newSelector(cl.Select))
 		}
 	}
@@ -169,49 +170,14 @@ func sortedKeys(m map[string]any) []string {
 
 // --- [scheduler] ---
 
-type schedulerSetter func(s *Scheduler, v any) error
-
-var schedulerKeys = map[string]schedulerSetter{
-	"postoffice":   func(s *Scheduler, v any) error { return setPath(&s.Postoffice, v) },
-	"hash":         func(s *Scheduler, v any) error { return setInt(&s.Hash, v, 0, 2) },
-	"scaninterval": func(s *Scheduler, v any) error { return setDuration(&s.ScanInterval, v, true) },
-	"log_level": func(s *Scheduler, v any) error {
-		return setWord(&s.LogLevel, v, "trace", "debug", "info", "warn", "error")
-	},
-	"log_format":     func(s *Scheduler, v any) error { return setWord(&s.LogFormat, v, "text", "json") },
-	"control_socket": func(s *Scheduler, v any) error { return setPath(&s.ControlSocket, v) },
-	"control_group":  func(s *Scheduler, v any) error { return setID(&s.ControlGroup, v) },
-	"control_listen": func(s *Scheduler, v any) error { return setString(&s.ControlListen, v) },
-	"control_auth":   func(s *Scheduler, v any) error { return setPath(&s.ControlAuth, v) },
-	"notify_socket":  func(s *Scheduler, v any) error { return setPath(&s.NotifySocket, v) },
-	"metrics_listen": func(s *Scheduler, v any) error { return setString(&s.MetricsListen, v) },
-	"metrics_public": func(s *Scheduler, v any) error { return setBool(&s.MetricsPublic, v) },
-	"maxta":          func(s *Scheduler, v any) error { return setInt(&s.MaxTA, v, 1, math.MaxInt) },
-	"forkrate":       func(s *Scheduler, v any) error { return setInt(&s.ForkRate, v, 1, math.MaxInt) },
-	"statelog":       func(s *Scheduler, v any) error { return setString(&s.StateLog, v) },
-	"message_active_limit": func(s *Scheduler, v any) error {
-		return setInt(&s.MessageActiveLimit, v, 1, math.MaxInt)
-	},
-	"recipient_active_limit": func(s *Scheduler, v any) error {
-		return setInt(&s.RecipientActiveLimit, v, 1, math.MaxInt)
-	},
-	"startup_maxring": func(s *Scheduler, v any) error {
-		return setInt(&s.StartupMaxRing, v, 0, math.MaxInt)
-	},
-	"shutdown_timeout": func(s *Scheduler, v any) error { return setDuration(&s.ShutdownTimeout, v, false) },
-	"delay_warning_time": func(s *Scheduler, v any) error {
-		return setDuration(&s.DelayWarningTime, v, false)
-	},
-}
-
 func (p *parser) scheduler(s *Scheduler, m map[string]any, tl *tableLines) {
 	for _, key := range sortedKeys(m) {
-		set, ok := schedulerKeys[key]
-		if !ok {
+		k := findKey(schedulerTable, key)
+		if k == nil {
 			p.errorf(tl.line(key), "scheduler."+key, "unknown key%s", hint("scheduler", key))
 			continue
 		}
-		if err := set(s, m[key]); err != nil {
+		if err := k.assign(s, m[key]); err != nil {
 			p.fail(tl.line(key), "scheduler."+key, err)
 		}
 	}
@@ -309,91 +275,6 @@ type layer struct {
 	selectWritten, commandWritten bool
 }
 
-type clauseSetter func(l *layer, v any) error
-
-var clauseKeys = map[string]clauseSetter{
-	"select": func(l *layer, v any) error {
-		l.selectWritten = true
-		return setSelect(&l.c.Select, v)
-	},
-	"command": func(l *layer, v any) error {
-		l.commandWritten = true
-		var c Command
-		if err := c.UnmarshalTOML(v); err != nil {
-			return err
-		}
-		l.c.Command = c
-		return nil
-	},
-	"stdio": func(l *layer, v any) error { return setText(&l.c.Stdio, v) },
-	"user":  func(l *layer, v any) error { return setID(&l.c.User, v) },
-	"group": func(l *layer, v any) error { return setID(&l.c.Group, v) },
-	"interval": func(l *layer, v any) error {
-		return setDuration(&l.c.Interval, v, true)
-	},
-	"retries": func(l *layer, v any) error { return setRetries(&l.c.Retries, v) },
-	"skew":    func(l *layer, v any) error { return setInt(&l.c.Skew, v, 1, math.MaxInt) },
-	"expiry":  func(l *layer, v any) error { return setDuration(&l.c.Expiry, v, false) },
-	"expiry2": func(l *layer, v any) error { return setDuration(&l.c.Expiry2, v, false) },
-	"idlemax": func(l *layer, v any) error {
-		l.idleSet = true
-		return setDuration(&l.c.IdleMax, v, false)
-	},
-	"maxchannel": func(l *layer, v any) error { return setInt(&l.c.MaxChannel, v, 1, math.MaxInt) },
-	"maxring":    func(l *layer, v any) error { return setInt(&l.c.MaxRing, v, 1, math.MaxInt) },
-	"maxthr":     func(l *layer, v any) error { return setInt(&l.c.MaxThr, v, 1, math.MaxInt) },
-	"overfeed":   func(l *layer, v any) error { return setInt(&l.c.Overfeed, v, 0, math.MaxInt) },
-	"queueonly":  func(l *layer, v any) error { return setBool(&l.c.QueueOnly, v) },
-	"ageorder": func(l *layer, v any) error {
-		var age bool
-		if err := setBool(&age, v); err != nil {
-			return err
-		}
-		if age {
-			l.c.Order, l.orderSet = OrderAge, true
-		} else if l.c.Order == OrderAge {
-			l.orderSet = false // back to the default order
-		}
-		return nil
-	},
-	"order": func(l *layer, v any) error {
-		if err := setText(&l.c.Order, v); err != nil {
-			return err
-		}
-		l.orderSet = true
-		return nil
-	},
-	"nice":       func(l *layer, v any) error { return setInt(&l.c.Nice, v, -20, 19) },
-	"jobtimeout": func(l *layer, v any) error { return setDuration(&l.c.JobTimeout, v, true) },
-	"transport_retry_time": func(l *layer, v any) error {
-		return setDuration(&l.c.TransportRetryTime, v, true)
-	},
-	"initial_concurrency": func(l *layer, v any) error { return setInt(&l.c.InitialConcurrency, v, 1, math.MaxInt) },
-	"positive_feedback":   func(l *layer, v any) error { return setFeedback(&l.c.PositiveFeedback, v) },
-	"negative_feedback":   func(l *layer, v any) error { return setFeedback(&l.c.NegativeFeedback, v) },
-	"failed_cohort_limit": func(l *layer, v any) error { return setInt(&l.c.FailedCohortLimit, v, 0, math.MaxInt) },
-	"learned_ceiling":     func(l *layer, v any) error { return setBool(&l.c.LearnedCeiling, v) },
-	"ceiling_probe_factor": func(l *layer, v any) error {
-		return setInt(&l.c.CeilingProbeFactor, v, 1, math.MaxInt)
-	},
-	"ceiling_ttl": func(l *layer, v any) error { return setDuration(&l.c.CeilingTTL, v, true) },
-	"delivery_slot_cost": func(l *layer, v any) error {
-		var n int
-		if err := setInt(&n, v, 0, math.MaxInt); err != nil {
-			return err
-		}
-		if n == 1 {
-			// Postfix: "The minimal value the scheduling algorithm can use is 2".
-			return errors.New("must be 0 (no preemption) or >= 2")
-		}
-		l.c.DeliverySlotCost = n
-		return nil
-	},
-	"delivery_slot_loan":     func(l *layer, v any) error { return setInt(&l.c.DeliverySlotLoan, v, 0, math.MaxInt) },
-	"delivery_slot_discount": func(l *layer, v any) error { return setInt(&l.c.DeliverySlotDiscount, v, 0, 100) },
-	"minimum_delivery_slots": func(l *layer, v any) error { return setInt(&l.c.MinimumDeliverySlots, v, 0, math.MaxInt) },
-}
-
 // clause overlays the keys of one [defaults] or [[clause]] table onto l.
 func (p *parser) clause(l *layer, section string, m map[string]any, tl *tableLines) {
 	if a, ok := m["ageorder"].(bool); ok {
@@ -402,12 +283,12 @@ func (p *parser) clause(l *layer, section string, m map[string]any, tl *tableLin
 		}
 	}
 	for _, key := range sortedKeys(m) {
-		set, ok := clauseKeys[key]
-		if !ok || key == "select" && section != "clause" {
+		k := findKey(clauseTable, key)
+		if k == nil || k.clauseOnly && section != "clause" {
 			p.errorf(tl.line(key), section+"."+key, "unknown key%s", hint(section, key))
 			continue
 		}
-		if err := set(l, m[key]); err != nil {
+		if err := k.assign(l, m[key]); err != nil {
 			p.fail(tl.line(key), section+"."+key, err)
 		}
 	}
@@ -727,7 +608,7 @@ func hint(section, key string) string {
 		section string
 		keys    []string
 	}
-	candidates := []known{{"clause", slices.Sorted(maps.Keys(clauseKeys))}, {"scheduler", slices.Sorted(maps.Keys(schedulerKeys))}}
+	candidates := []known{{"clause", keyNames(clauseTable)}, {"scheduler", keyNames(schedulerTable)}}
 	for _, k := range candidates {
 		for _, name := range k.keys {
 			if fold(name) != want {
@@ -735,8 +616,8 @@ func hint(section, key string) string {
 			}
 			inSection := k.section == section || k.section == "clause" && section == "defaults"
 			switch {
-			case inSection && name == "select" && section == "defaults":
-				return " (select belongs in a [[clause]])"
+			case inSection && section == "defaults" && findKey(clauseTable, name).clauseOnly:
+				return " (" + name + " belongs in a [[clause]])"
 			case inSection:
 				return fmt.Sprintf(" (did you mean %q?)", name)
 			case k.section == "clause":

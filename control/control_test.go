@@ -142,9 +142,9 @@ func TestCommandsReachTheLoopParsed(t *testing.T) {
 	}
 	for line, want := range map[string]string{
 		"FROB x":                 "MAILQ2 Unknown command, or refused by access control; VERB='FROB' REST='x'",
-		"SHOW THREAD smtp":       "usage: SHOW THREAD channel host: its recipients",
+		"SHOW THREAD smtp":       "usage: SHOW THREAD channel host: one destination's recipients (mailq -dest channel/host)",
 		"KILL THREAD smtp/x":     "MAILQ2 Unknown command, or refused by access control; VERB='KILL' REST='THREAD smtp/x'",
-		"WHY a b":                "usage: WHY id: why each recipient of a message is waiting",
+		"WHY a b":                "usage: WHY id: why each recipient of a message is waiting (why)",
 		"AUTH nobody 0123456789": "", // accepted on the Unix socket, which trusts peer credentials
 	} {
 		rep, err := c.Do(line)
@@ -389,9 +389,9 @@ func TestAuthFileErrorsNameTheLine(t *testing.T) {
 		"\nu:p:TT BOGUS:\n":  `x:2: unknown attribute "BOGUS"`,
 		"u:p:TT:10.0.0.1/99": `x:1: "10.0.0.1/99"`,
 	} {
-		_, err := ParseAuth("x", []byte(text))
-		if !errors.Is(err, ErrAuthFile) || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: %v, want %s", text, err, want)
+		a := ParseAuth("x", []byte(text))
+		if len(a.Problems) != 1 || !errors.Is(a.Problems[0], ErrAuthFile) || !strings.Contains(a.Problems[0].Error(), want) {
+			t.Errorf("%q: %v, want %s", text, a.Problems, want)
 		}
 	}
 }

@@ -26,6 +26,7 @@ const (
 var permTokens = map[string]Perm{
 	"SNMP": PermSNMP, "QQ": PermQQ, "TT": PermTT, "ETRN": PermETRN, "KILL": PermKill,
 	"FLUSH": PermFlush, "HOLD": PermHold, "RELOAD": PermReload, "ALL": PermAll,
+	"NONE": 0, // ZMailer's, for a line that grants nothing
 }
 
 // ParsePerm reads auth-file attribute tokens separated by blanks or commas;
@@ -54,23 +55,30 @@ type Verb struct {
 // Verbs are every command, longest names first so that parsing matches
 // "SHOW QUEUE THREADS2" before "SHOW QUEUE THREADS".
 var Verbs = []Verb{
-	{"SHOW QUEUE THREADS2", PermTT, 0, 0, "one tab-separated line per thread"},
-	{"SHOW QUEUE THREADS", PermTT, 0, 0, "the thread report (mailq)"},
-	{"SHOW QUEUE SHORT", PermQQ, 0, 0, "ring headers and summaries"},
-	{"SHOW QUEUE JSON", PermTT, 0, 0, "rings, threads and agents as one JSON document"},
-	{"SHOW THREAD", PermTT, 2, 2, "SHOW THREAD channel host: its recipients"},
-	{"SHOW COUNTERS", 0, 0, 0, "running totals and gauges"},
-	{"SHOW QSHAPE", PermQQ, 0, 1, "SHOW QSHAPE [N]: recipients by host and age, top N hosts"},
-	{"SHOW SNMP", PermSNMP, 0, 0, "the two global summary lines"},
-	{"ETRN", PermETRN, 1, -1, "ETRN host|@domain [info]: start queueonly threads for it"},
-	{"KILL MSG", PermKill, 1, 1, "KILL MSG id: remove a message and its files"},
-	{"FLUSH", PermFlush, 0, 1, "FLUSH [channel/host]: retry now, ending back-offs (globs allowed)"},
-	{"HOLD THREAD", PermHold, 1, 1, "HOLD THREAD channel/host"},
-	{"HOLD MSG", PermHold, 1, 1, "HOLD MSG id"},
-	{"RELEASE THREAD", PermHold, 1, 1, "RELEASE THREAD channel/host"},
-	{"RELEASE MSG", PermHold, 1, 1, "RELEASE MSG id"},
-	{"WHY", PermTT, 1, 1, "WHY id: why each recipient of a message is waiting"},
-	{"RELOAD", PermReload, 0, 0, "re-read the configuration"},
+	{"SHOW QUEUE THREADS2", PermTT, 0, 0, "SHOW QUEUE THREADS2: one tab-separated line per thread"},
+	{"SHOW QUEUE THREADS", PermTT, 0, 0, "SHOW QUEUE THREADS: the thread report (mailq, mailq -Q)"},
+	{"SHOW QUEUE SHORT", PermQQ, 0, 0, "SHOW QUEUE SHORT: ring headers and summaries (mailq -QQ)"},
+	{"SHOW QUEUE JSON", PermTT, 0, 0, "SHOW QUEUE JSON: rings, threads and agents as one JSON document (mailq -json)"},
+	{"SHOW THREAD", PermTT, 2, 2, "SHOW THREAD channel host: one destination's recipients (mailq -dest channel/host)"},
+	{"SHOW COUNTERS", 0, 0, 0, "SHOW COUNTERS: running totals and gauges (mailq -counters)"},
+	{"SHOW QSHAPE", PermQQ, 0, 1, "SHOW QSHAPE [N]: recipients by host and age, top N hosts (qshape)"},
+	{"SHOW SNMP", PermSNMP, 0, 0, "SHOW SNMP: the two global summary lines (mailq -QQQ)"},
+	{"ETRN", PermETRN, 1, -1, "ETRN host|@domain [info]: start queueonly threads for it (etrn)"},
+	{"KILL MSG", PermKill, 1, 1, "KILL MSG id: remove a message and its files (kill)"},
+	{"FLUSH", PermFlush, 0, 1, "FLUSH [channel/host]: retry now, ending back-offs; globs allowed (flush)"},
+	{"HOLD THREAD", PermHold, 1, 1, "HOLD THREAD channel/host: feed nothing to a destination (hold)"},
+	{"HOLD MSG", PermHold, 1, 1, "HOLD MSG id: feed nothing of a message (hold)"},
+	{"RELEASE THREAD", PermHold, 1, 1, "RELEASE THREAD channel/host: end a destination hold (release)"},
+	{"RELEASE MSG", PermHold, 1, 1, "RELEASE MSG id: end a message hold (release)"},
+	{"WHY", PermTT, 1, 1, "WHY id: why each recipient of a message is waiting (why)"},
+	{"RELOAD", PermReload, 0, 0, "RELOAD: re-read the configuration (reload)"},
+}
+
+// sessionHelp is HELP's text for the words every session takes.
+var sessionHelp = []string{
+	"AUTH user authenticator: log in (TCP listener; MD5 of the challenge line and the password)",
+	"HELP: this list",
+	"QUIT: end the session (EXIT too)",
 }
 
 // parse splits a command line into its verb and arguments. ok is false for

@@ -40,7 +40,18 @@ type Options struct {
 	TCP      string
 	AuthFile string // read at every TCP connection, so edits apply at once
 
-	MaxClients     int           // sessions at once; default 64; more get "-BUSY" and are closed
+	// Sessions at once. The Unix socket and the TCP listener have caps of
+	// their own, so no number of TCP clients takes a local operator's place;
+	// past a cap a client gets "-BUSY" and is closed.
+	MaxClients     int           // Unix-socket sessions; default 64
+	MaxTCPClients  int           // TCP sessions; default 16
+	MaxPreAuth     int           // TCP sessions that have not yet logged in; default 4
+	PreAuthTimeout time.Duration // a TCP client must log in within it; default 10s
+	// A peer address with AuthFailures failed AUTHs within AuthWindow is
+	// refused at the greeting until the window ends. A failed AUTH ends its
+	// session; the log says so once per address and window.
+	AuthFailures   int           // default 5
+	AuthWindow     time.Duration // default 1m
 	MaxLine        int           // bytes in a command line; default 4096; a longer line ends the session
 	IdleTimeout    time.Duration // a silent client is dropped after it; default 2m
 	SessionTimeout time.Duration // no session lasts longer; default 15m
@@ -52,6 +63,22 @@ type Options struct {
 func (o *Options) defaults() {
 	if o.MaxClients <= 0 {
 		o.MaxClients = 64
+	}
+	if o.MaxTCPClients <= 0 {
+		o.MaxTCPClients = 16
+	}
+	if o.MaxPreAuth <= 0 {
+		o.MaxPreAuth = 4
+	}
+	o.MaxPreAuth = min(o.MaxPreAuth, o.MaxTCPClients)
+	if o.PreAuthTimeout <= 0 {
+		o.PreAuthTimeout = 10 * time.Second
+	}
+	if o.AuthFailures <= 0 {
+		o.AuthFailures = 5
+	}
+	if o.AuthWindow <= 0 {
+		o.AuthWindow = time.Minute
 	}
 	if o.MaxLine <= 0 {
 		o.MaxLine = 4096
@@ -73,13 +100,19 @@ func (o *Options) defaults() {
 // Server serves the control protocol. Its requests must be drained from
 // Requests by the scheduler's loop.
 type Server struct {
-	opt   Options
-	log   hclog.Logger
-	reqs  chan *Request
-	done  chan struct{}
-	slots chan struct{}
-	euid  int
-	gid   int // ControlGroup's gid, -1 when none
+	opt  Options
+	log  hclog.Logger
+	reqs chan *Request
+	done chan struct{}
+	// Session slots: Unix, TCP, and TCP before AUTH.
+	slots, tcpSlots, preAuth chan struct{}
+	euid                     int
+	gid                      int // ControlGroup's gid, -1 when none
+
+	fails *limiter // failed AUTHs per peer address
+	// authSeen is the auth-file problems last logged: the file is read at
+	// every TCP connection, its problems logged when they change.
+	authSeen string
 
 	unix net.Listener
 	tcp  net.Listener
@@ -96,14 +129,17 @@ type Server struct {
 func Listen(opt Options) (*Server, error) {
 	opt.defaults()
 	s := &Server{
-		opt:   opt,
-		log:   opt.Log,
-		reqs:  make(chan *Request),
-		done:  make(chan struct{}),
-		slots: make(chan struct{}, opt.MaxClients),
-		euid:  os.Geteuid(),
-		gid:   -1,
-		conns: make(map[net.Conn]struct{}),
+		opt:      opt,
+		log:      opt.Log,
+		reqs:     make(chan *Request),
+		done:     make(chan struct{}),
+		slots:    make(chan struct{}, opt.MaxClients),
+		tcpSlots: make(chan struct{}, opt.MaxTCPClients),
+		preAuth:  make(chan struct{}, opt.MaxPreAuth),
+		euid:     os.Geteuid(),
+		gid:      -1,
+		conns:    make(map[net.Conn]struct{}),
+		fails:    newLimiter(opt.AuthFailures, opt.AuthWindow),
 	}
 	if opt.Group != "" {
 		gid, err := lookupGroup(opt.Group)
@@ -122,10 +158,12 @@ func Listen(opt Options) (*Server, error) {
 			s.Close()
 			return nil, errors.New("control: a TCP listener needs an auth file")
 		}
-		if _, err := ReadAuth(opt.AuthFile); err != nil {
+		a, err := ReadAuth(opt.AuthFile)
+		if err != nil {
 			s.Close()
 			return nil, err
 		}
+		s.logAuthProblems(a)
 		l, err := net.Listen("tcp", TCPAddress(opt.TCP))
 		if err != nil {
 			s.Close()
@@ -232,6 +270,8 @@ func (s *Server) Close() error {
 
 func (s *Server) accept(l net.Listener) {
 	defer s.wg.Done()
+	var delay time.Duration // back-off after a failed accept, as net/http's
+	failures := 0
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -240,37 +280,81 @@ func (s *Server) accept(l net.Listener) {
 				return
 			default:
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			// Out of descriptors or memory, or a connection aborted before
+			// it was taken: keep serving once it passes. Only a closed
+			// listener ends the loop.
+			if errors.Is(err, net.ErrClosed) {
+				s.log.Error("control socket accept: listener closed", "listener", l.Addr().String(), "error", err)
+				return
 			}
-			s.log.Error("control socket accept", "error", err)
-			return
-		}
-		select {
-		case s.slots <- struct{}{}:
-		default:
-			c.SetWriteDeadline(time.Now().Add(time.Second))
-			io.WriteString(c, Greeting+"\n-BUSY too many clients\n")
-			c.Close()
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			if failures == 0 {
+				s.log.Warn("control socket accept failed; retrying with back-off (logged once until it accepts again)",
+					"listener", l.Addr().String(), "error", err)
+			}
+			failures++
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-s.done:
+				t.Stop()
+				return
+			}
 			continue
 		}
-		s.mu.Lock()
-		s.conns[c] = struct{}{}
-		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer func() { <-s.slots }()
-			defer func() {
-				s.mu.Lock()
-				delete(s.conns, c)
-				s.mu.Unlock()
-				c.Close()
-			}()
-			s.session(c)
-		}()
+		if failures > 0 {
+			s.log.Info("control socket accepting again", "listener", l.Addr().String(), "failed_accepts", failures)
+			failures, delay = 0, 0
+		}
+		s.start(c)
 	}
+}
+
+// start gives the connection a slot and a goroutine, or refuses it.
+func (s *Server) start(c net.Conn) {
+	slots := s.slots
+	tcp := false
+	if _, ok := c.(*net.UnixConn); !ok {
+		slots, tcp = s.tcpSlots, true
+	}
+	busy := func() {
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		io.WriteString(c, Greeting+"\n-BUSY too many clients\n")
+		c.Close()
+	}
+	select {
+	case slots <- struct{}{}:
+	default:
+		busy()
+		return
+	}
+	if tcp {
+		select {
+		case s.preAuth <- struct{}{}:
+		default:
+			<-slots
+			busy()
+			return
+		}
+	}
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() { <-slots }()
+		defer func() {
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			c.Close()
+		}()
+		ss := s.session(c)
+		if tcp && !ss.authed {
+			<-s.preAuth
+		}
+	}()
 }
 
 // session is one client, from greeting to close.
@@ -286,14 +370,18 @@ type session struct {
 	addr   netip.Addr
 	chal   string
 	end    time.Time
+	authBy time.Time // TCP: the end of the time allowed to log in
 }
 
-func (s *Server) session(c net.Conn) {
+// session runs one client, from greeting to close, and returns its state
+// at the end.
+func (s *Server) session(c net.Conn) *session {
+	now := time.Now()
 	ss := &session{s: s, c: c, w: bufio.NewWriter(c), r: bufio.NewReaderSize(c, 4096),
-		end: time.Now().Add(s.opt.SessionTimeout)}
+		end: now.Add(s.opt.SessionTimeout), authBy: now.Add(s.opt.PreAuthTimeout)}
 	c.SetDeadline(ss.end)
 	if !ss.admit() {
-		return
+		return ss
 	}
 	for {
 		line, err := ss.readLine()
@@ -301,10 +389,10 @@ func (s *Server) session(c net.Conn) {
 			if errors.Is(err, errLineTooLong) {
 				ss.send("-LINE TOO LONG")
 			}
-			return
+			return ss
 		}
 		if !ss.command(line) {
-			return
+			return ss
 		}
 	}
 }
@@ -335,13 +423,18 @@ func (ss *session) admit() bool {
 			ss.send(Greeting, Refusal)
 			return false
 		}
-		ss.addr = ap.Addr()
+		ss.addr = ap.Addr().Unmap()
+		if !s.fails.allow(ss.addr, time.Now(), s.log) {
+			ss.send(Greeting, Refusal)
+			return false
+		}
 		a, err := ReadAuth(s.opt.AuthFile)
 		if err != nil {
 			s.log.Error("control: auth file", "error", err)
 			ss.send(Greeting, Refusal)
 			return false
 		}
+		s.logAuthProblems(a)
 		if !a.Admits(ss.addr) {
 			s.log.Warn("control: client address not in the auth file", "addr", ss.peer.Addr)
 			ss.send(Greeting, Refusal)
@@ -397,6 +490,9 @@ func (ss *session) readLine() (string, error) {
 	if dl.After(ss.end) {
 		dl = ss.end
 	}
+	if !ss.authed && dl.After(ss.authBy) {
+		dl = ss.authBy
+	}
 	ss.c.SetReadDeadline(dl)
 	var buf []byte
 	for {
@@ -447,6 +543,7 @@ func (ss *session) command(line string) bool {
 		for _, v := range Verbs {
 			out = append(out, v.Help)
 		}
+		out = append(out, sessionHelp...)
 		return ss.send(Listing(out).encode()...)
 	}
 	if !ss.authed {
@@ -498,14 +595,46 @@ func (ss *session) authenticate(args []string) bool {
 		// there is accepted as it stands.
 		return ss.send("+OK")
 	}
-	if len(args) != 2 {
-		return ss.send("-BAD USER OR AUTHENTICATOR OR CONTACT ADDRESS")
+	user := ""
+	perm, err := Perm(0), ErrUnknownUser
+	if len(args) == 2 {
+		user = args[0]
+		perm, err = ss.auth.Check(args[0], args[1], ss.chal, ss.addr)
 	}
-	perm, ok := ss.auth.Check(args[0], args[1], ss.chal, ss.addr)
-	if !ok {
-		ss.s.log.Warn("control: authentication failed", "user", args[0], "addr", ss.peer.Addr)
-		return ss.send("-BAD USER OR PASSWORD")
+	if err != nil {
+		// The session ends: a client guessing passwords must reconnect, and
+		// its address is refused once it has used up its attempts.
+		ss.s.fails.fail(ss.addr, user, err, time.Now(), ss.s.log)
+		if errors.Is(err, ErrBadPassword) {
+			ss.send("-BAD USER OR PASSWORD")
+		} else {
+			ss.send("-BAD USER OR AUTHENTICATOR OR CONTACT ADDRESS")
+		}
+		return false
 	}
-	ss.perm, ss.authed, ss.peer.User = perm, true, args[0]
+	if !ss.authed {
+		<-ss.s.preAuth // a logged-in session no longer counts as waiting to log in
+	}
+	ss.perm, ss.authed, ss.peer.User = perm, true, user
 	return ss.send("+OK")
+}
+
+// logAuthProblems logs the auth file's bad lines, one line each, when they
+// differ from those logged last.
+func (s *Server) logAuthProblems(a *Auth) {
+	var b strings.Builder
+	for _, p := range a.Problems {
+		b.WriteString(p.Error())
+		b.WriteByte('\n')
+	}
+	s.mu.Lock()
+	changed := b.String() != s.authSeen
+	s.authSeen = b.String()
+	s.mu.Unlock()
+	if !changed {
+		return
+	}
+	for _, p := range a.Problems {
+		s.log.Warn("control: auth file line ignored or read in part", "file", s.opt.AuthFile, "problem", p.Error())
+	}
 }

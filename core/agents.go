@@ -404,6 +404,10 @@ func (s *Scheduler) AgentExited(now time.Time, id int, why string) {
 	if why == "" {
 		why = "agent exited"
 	}
+	if a.killed && a.killReason != "" {
+		// What WHY shows for its jobs: the cause, not the signal.
+		why = "agent killed (" + a.killReason + ")"
+	}
 	busy := a.jobs > 0
 	if th := s.throttled(a.ring); th != nil && th.probe == id {
 		th.probe = 0
@@ -457,10 +461,11 @@ func (s *Scheduler) kill(a *agent, reason string, now time.Time) {
 		return
 	}
 	a.killed = true
+	a.killReason = reason
 	s.stats.Killed++
 	a.state = ending
+	// The daemon logs "killing agent", with its pid, when it carries out the stop.
 	s.ready.Stops = append(s.ready.Stops, Stop{Agent: a.id, Kill: true, Reason: reason})
-	s.log.Warn("killing agent", "agent", a.id, "reason", reason)
 	if a.thread != nil {
 		s.detach(a, now)
 	}

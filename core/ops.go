@@ -419,7 +419,7 @@ type VertexView struct {
 	Attempts int
 	Expires  time.Time
 	Wake     time.Time // the thread's next time of interest
-	Fed      time.Time // when it was fed to its agent; zero when not fed
+	Fed      time.Time // when it was fed to its agent, or to the agent of its last attempt; zero if never
 	Why      Why
 	LastText string
 }
@@ -546,6 +546,9 @@ func (s *Scheduler) vertexView(v *vertex.Vertex, t *thread.Thread, now time.Time
 				}
 			}
 		}
+	}
+	if vv.Fed.IsZero() {
+		vv.Fed = v.LastFed()
 	}
 	return vv
 }
@@ -917,7 +920,7 @@ func (s *Scheduler) Turn(now time.Time, name string) int {
 			n++
 		}
 	}
-	s.log.Info("etrn", "name", name, "threads", len(ts), "started", n)
+	s.log.Debug("etrn", "name", name, "threads", len(ts), "started", n)
 	return n
 }
 
@@ -991,8 +994,8 @@ func (s *Scheduler) Kill(now time.Time, id string) error {
 	}
 	delete(s.heldMsgs, m.Inum)
 	s.drop(m, now)
+	// The daemon logs the request, with who asked.
 	s.ready.Completes = append(s.ready.Completes, Complete{Path: m.Path, ID: m.ID, Inum: m.Inum, Killed: true})
-	s.log.Info("message killed by the operator", "msg", m.Path, "pending", m.Pending)
 	return nil
 }
 
@@ -1262,10 +1265,7 @@ func sortedAgents(m map[int]*agent) []*agent {
 
 // sameAgent reports whether an agent started for clause a can serve clause
 // b: the same process would be started for both.
-func sameAgent(a, b *config.Clause) bool {
-	return a.Command.String() == b.Command.String() && a.Stdio == b.Stdio &&
-		a.User == b.User && a.Group == b.Group && a.Nice == b.Nice
-}
+func sameAgent(a, b *config.Clause) bool { return config.SameAgent(a, b) }
 
 // ending counts r's agents that are on their way out.
 func (s *Scheduler) ending(r *ring.Ring) int {

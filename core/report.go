@@ -131,6 +131,7 @@ func (s *Scheduler) finish(a *agent, e entry, now time.Time, why string) {
 	}
 
 	if len(v.Rcpts) > 0 {
+		v.SetLastFed(e.fed) // SHOW THREAD's last feed time
 		// Recipients still pending: reported as deferred, or not at all.
 		var next time.Time
 		c := s.clause(v.Clause)

@@ -88,6 +88,9 @@ type agent struct {
 	hungry  bool // it has said #hungry at least once
 	failed  bool // its exit was a transport failure (throttle.go)
 	gen     int  // the ring's throttle it was started under, 0 = none
+	// killReason is why the core killed it (jobtimeout, garbage): its
+	// unfinished jobs say so, not "signal: killed".
+	killReason string
 }
 
 // Scheduler is the deterministic scheduling core. It is not safe for

@@ -186,7 +186,7 @@ func (d *Daemon) spawn(sp core.Spawn) error {
 		UID:   uid,
 		GID:   gid,
 		Nice:  c.Nice,
-	}, d.events, d.log.Named("agent"))
+	}, d.events, d.log.Named("agent").With("clause", c.Select, "channel", sp.Channel, "host", sp.Host))
 	if err != nil {
 		return err
 	}

@@ -69,7 +69,11 @@ func (d *Daemon) finish(c core.Complete) {
 			d.log.Error("cannot remove completed message", "msg", c.Path, "error", err)
 			return
 		}
-		d.log.Info("complete", "msg", c.Path)
+		if c.Killed {
+			d.log.Info("killed", "msg", c.Path) // KILL MSG: removed, no DSN
+		} else {
+			d.log.Info("complete", "msg", c.Path)
+		}
 		return
 	}
 	d.in.known[c.Path] = true // until its files are gone: no scan reads it

@@ -4,16 +4,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"zsched/config"
+	"zsched/config/preflight"
 	"zsched/control"
 	"zsched/core"
+	"zsched/ctlfile"
 )
 
 // ops is the daemon's operator side: the control server, the calls other
@@ -23,6 +28,7 @@ type ops struct {
 	ctl     *control.Server
 	calls   chan func()
 	reload  chan struct{}
+	hurry   chan struct{} // a second TERM: shutdown kills the agents now
 	metrics *metrics
 	started time.Time
 	// Control commands: how long each waited for the loop (from the
@@ -40,6 +46,7 @@ const slowControl = 100 * time.Millisecond
 func (d *Daemon) startOps() error {
 	d.ops.calls = make(chan func())
 	d.ops.reload = make(chan struct{}, 1)
+	d.ops.hurry = make(chan struct{}, 1)
 	d.ops.started = d.now()
 	s := d.cfg.Scheduler
 	if s.ControlSocket != "" || s.ControlListen != "" {
@@ -103,6 +110,23 @@ func (d *Daemon) Reload() {
 	}
 }
 
+// Hurry makes a shutdown under way, or the next one, kill the agents at
+// once instead of waiting shutdown_timeout for them (a second SIGTERM). It
+// never blocks.
+func (d *Daemon) Hurry() {
+	select {
+	case d.ops.hurry <- struct{}{}:
+	default:
+	}
+}
+
+// sdNotify tells the service manager a state (Options.Notify).
+func (d *Daemon) sdNotify(state string) {
+	if d.opt.Notify != nil {
+		d.opt.Notify(state)
+	}
+}
+
 // inLoop runs f on the loop and waits for it, at most timeout; false when
 // the loop did not run it (stopped or busy).
 func (d *Daemon) inLoop(f func(), timeout time.Duration) bool {
@@ -122,38 +146,68 @@ func (d *Daemon) inLoop(f func(), timeout time.Duration) bool {
 	}
 }
 
-// reload re-reads the configuration. A file that does not load, or that
-// the core refuses, leaves the running configuration as it was. Settings
-// that need a restart keep their old values, with a warning.
-func (d *Daemon) reload() error {
+// reload re-reads the configuration for by (SIGHUP, or the peer of a
+// RELOAD command) and logs the outcome in one line either way. A file that
+// does not load, that the host cannot run (package preflight) or that the
+// core refuses leaves the running configuration as it was; settings that
+// need a restart keep their running values, with a warning. systemd hears
+// RELOADING=1 before and READY=1 after, as Type=notify wants.
+func (d *Daemon) reload(by ...any) error {
+	d.sdNotify(reloading())
+	defer d.sdNotify("READY=1")
+	if err := d.reconfigure(); err != nil {
+		// One event, one line: a file with several errors is still one.
+		d.log.Error("reload refused; the running configuration stays",
+			append(by, "error", strings.ReplaceAll(err.Error(), "\n", "; "))...)
+		return err
+	}
+	d.log.Info("configuration reloaded", append(by, "file", d.cfg.File, "clauses", len(d.cfg.Clauses))...)
+	return nil
+}
+
+// reloading is the RELOADING=1 notification with the monotonic time
+// systemd 253 and later want beside it.
+func reloading() string {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return "RELOADING=1"
+	}
+	return fmt.Sprintf("RELOADING=1\nMONOTONIC_USEC=%d", ts.Nano()/1000)
+}
+
+func (d *Daemon) reconfigure() error {
 	if d.cfg.File == "" {
 		return errors.New("daemon: reload: the configuration was not loaded from a file")
 	}
 	cfg, err := config.Load(d.cfg.File)
 	if err != nil {
-		d.log.Error("reload refused; the running configuration stays", "error", err)
 		return err
 	}
 	old := d.cfg.Scheduler
-	if cfg.Scheduler.Postoffice != old.Postoffice || cfg.Scheduler.Hash != old.Hash {
-		err := fmt.Errorf("daemon: reload: postoffice or hash changed (%s → %s); restart the scheduler for that",
-			old.Postoffice, cfg.Scheduler.Postoffice)
-		d.log.Error("reload refused; the running configuration stays", "error", err)
-		return err
-	}
-	keep := func(key string, now, was *string) {
-		if *now != *was {
-			d.log.Warn("reload: setting needs a restart; keeping the running value", "key", key, "running", *was, "file", *now)
-			*now = *was
+	restart := config.RestartKeys()
+	for _, k := range restart {
+		now, _ := cfg.Scheduler.Value(k.Key)
+		was, _ := old.Value(k.Key)
+		if k.Fixed && now != was {
+			return fmt.Errorf("daemon: reload: %s changed (%s → %s); restart the scheduler for that", k.Key, was, now)
 		}
 	}
-	keep("control_socket", &cfg.Scheduler.ControlSocket, &old.ControlSocket)
-	keep("control_group", &cfg.Scheduler.ControlGroup, &old.ControlGroup)
-	keep("notify_socket", &cfg.Scheduler.NotifySocket, &old.NotifySocket)
-	keep("control_listen", &cfg.Scheduler.ControlListen, &old.ControlListen)
-	keep("metrics_listen", &cfg.Scheduler.MetricsListen, &old.MetricsListen)
+	res := preflight.Check(cfg, preflight.Options{})
+	if err := res.Err(); err != nil {
+		return err
+	}
+	for _, w := range res.Warnings {
+		d.log.Warn("reload: check", "problem", w.Error())
+	}
+	for _, k := range restart {
+		now, _ := cfg.Scheduler.Value(k.Key)
+		was, _ := old.Value(k.Key)
+		if !k.Fixed && now != was {
+			d.log.Warn("reload: setting needs a restart; keeping the running value", "key", k.Key, "running", was, "file", now)
+			cfg.Scheduler.Keep(k.Key, &old)
+		}
+	}
 	if err := d.core.Reconfigure(d.now(), d.coreConfig(cfg)); err != nil {
-		d.log.Error("reload refused; the running configuration stays", "error", err)
 		return err
 	}
 	d.cfg = cfg
@@ -169,9 +223,22 @@ func (d *Daemon) reload() error {
 // measured with the wall clock, whatever clock the daemon schedules by.
 func (d *Daemon) control(req *control.Request) {
 	start := time.Now()
-	rep := d.command(d.now(), req)
-	d.apply()
-	req.Respond(rep)
+	var rep control.Reply
+	if req.Verb == "SHOW THREAD" {
+		// The error addresses are in the control files: read beside the
+		// loop, which answers for the rest.
+		st, ok := d.showThread(d.now(), req.Args[0], req.Args[1])
+		if !ok {
+			rep = control.Fail("no thread " + req.Args[0] + "/" + req.Args[1] + " in core")
+			req.Respond(rep)
+		} else {
+			go func() { req.Respond(control.Listing(st.finish(d.spool.TransportDir()))) }()
+		}
+	} else {
+		rep = d.command(d.now(), req)
+		d.apply()
+		req.Respond(rep)
+	}
 	ran := time.Since(start)
 	var waited time.Duration
 	if !req.Received.IsZero() {
@@ -205,16 +272,10 @@ func (d *Daemon) command(now time.Time, req *control.Request) control.Reply {
 			return control.Fail(err.Error())
 		}
 		return control.Listing([]string{string(b)})
-	case "SHOW THREAD":
-		lines, ok := d.showThread(now, arg(0), arg(1))
-		if !ok {
-			return control.Fail("no thread " + arg(0) + "/" + arg(1) + " in core")
-		}
-		return control.Listing(lines)
 	case "SHOW COUNTERS":
 		return control.Listing(d.counters(now))
 	case "SHOW SNMP":
-		return control.Listing(d.globalLines(now))
+		return control.Listing(d.globalLines(now, true))
 	case "SHOW QSHAPE":
 		top := 20
 		if a := arg(0); a != "" {
@@ -226,21 +287,31 @@ func (d *Daemon) command(now time.Time, req *control.Request) control.Reply {
 		}
 		return control.Listing(d.qshape(now, top))
 	case "ETRN":
-		d.log.Info("etrn request", "name", arg(0), "from", peerName(req.Peer))
-		if d.core.Turn(now, strings.Join(req.Args, " ")) > 0 {
+		n := d.core.Turn(now, strings.Join(req.Args, " "))
+		d.log.Info("etrn", append([]any{"name", arg(0), "started", n}, peerArgs(req.Peer)...)...)
+		if n > 0 {
 			return control.OK("OK; an ETRN started something.")
 		}
+		// MAILQ v2's words: its clients compare them. `scheduler etrn`
+		// exits 1 on this one.
 		return control.OK("OK; an ETRN didn't start anything.")
 	case "KILL MSG":
 		if err := d.core.Kill(now, arg(0)); err != nil {
 			return control.Fail(err.Error())
 		}
-		d.log.Info("kill request", "msg", arg(0), "from", peerName(req.Peer))
+		d.log.Info("kill request", append([]any{"msg", arg(0)}, peerArgs(req.Peer)...)...)
 		return control.OK("OK; KILLed something.")
 	case "FLUSH":
 		n, err := d.core.Flush(now, arg(0))
 		if err != nil {
 			return control.Fail(err.Error())
+		}
+		d.log.Info("flush", append([]any{"select", arg(0), "threads", n}, peerArgs(req.Peer)...)...)
+		if n == 0 {
+			if arg(0) == "" {
+				return control.Fail("no thread in core to flush")
+			}
+			return control.Fail("no thread in core matches " + strconv.Quote(arg(0)))
 		}
 		return control.OK(fmt.Sprintf("flushed %d threads", n))
 	case "HOLD THREAD", "RELEASE THREAD":
@@ -250,21 +321,28 @@ func (d *Daemon) command(now time.Time, req *control.Request) control.Reply {
 		}
 		if req.Verb == "HOLD THREAD" {
 			inCore := d.core.HoldThread(now, ch, host)
+			d.log.Info("hold", append([]any{"thread", ch + "/" + host, "in_core", inCore}, peerArgs(req.Peer)...)...)
 			return control.OK(fmt.Sprintf("holding %s/%s (in core: %v)", ch, host, inCore))
 		}
 		if !d.core.ReleaseThread(now, ch, host) {
 			return control.Fail("no hold on " + ch + "/" + host)
 		}
+		d.log.Info("release", append([]any{"thread", ch + "/" + host}, peerArgs(req.Peer)...)...)
 		return control.OK("released " + ch + "/" + host)
 	case "HOLD MSG":
 		if err := d.core.HoldMessage(now, arg(0)); err != nil {
 			return control.Fail(err.Error())
 		}
+		d.log.Info("hold", append([]any{"msg", arg(0)}, peerArgs(req.Peer)...)...)
 		return control.OK("holding message " + arg(0))
 	case "RELEASE MSG":
+		if m, err := d.core.Message(now, arg(0)); err == nil && !m.Held {
+			return control.Fail("message " + arg(0) + " is not held")
+		}
 		if err := d.core.ReleaseMessage(now, arg(0)); err != nil {
 			return control.Fail(err.Error())
 		}
+		d.log.Info("release", append([]any{"msg", arg(0)}, peerArgs(req.Peer)...)...)
 		return control.OK("released message " + arg(0))
 	case "WHY":
 		lines, err := d.why(now, arg(0))
@@ -273,7 +351,7 @@ func (d *Daemon) command(now time.Time, req *control.Request) control.Reply {
 		}
 		return control.Listing(lines)
 	case "RELOAD":
-		if err := d.reload(); err != nil {
+		if err := d.reload(peerArgs(req.Peer)...); err != nil {
 			return control.Fail(err.Error())
 		}
 		return control.OK(fmt.Sprintf("reloaded %s: %d clauses", d.cfg.File, len(d.cfg.Clauses)))
@@ -281,11 +359,12 @@ func (d *Daemon) command(now time.Time, req *control.Request) control.Reply {
 	return control.Fail("MAILQ2 Unknown command: " + req.Verb)
 }
 
-func peerName(p control.Peer) string {
+// peerArgs are the log keys naming who sent a command.
+func peerArgs(p control.Peer) []any {
 	if p.Network == "unix" {
-		return fmt.Sprintf("unix uid %d pid %d", p.UID, p.PID)
+		return []any{"uid", p.UID, "pid", p.PID}
 	}
-	return p.User + "@" + p.Addr
+	return []any{"user", p.User, "addr", p.Addr}
 }
 
 func (d *Daemon) pid(id int) int {
@@ -297,13 +376,32 @@ func (d *Daemon) pid(id int) int {
 
 func secs(d time.Duration) string { return strconv.FormatInt(int64(d/time.Second), 10) + "s" }
 
-// age formats a duration the way ZMailer's mailq does: 2m53s, 1h2m, 3d4h.
+// age formats a duration as ZMailer's saytime does in its short form:
+// days and hours, and minutes and seconds unless both of those are there —
+// "0s", "2m53s", "1h2m", "3d4h", "1d5m7s".
 func age(d time.Duration) string {
-	d = d.Truncate(time.Second)
-	if d >= 24*time.Hour {
-		return fmt.Sprintf("%dd%dh", d/(24*time.Hour), d%(24*time.Hour)/time.Hour)
+	secs := int64(d / time.Second)
+	if secs <= 0 {
+		return "0s"
 	}
-	return d.String()
+	var b strings.Builder
+	days, hours, mins, sec := secs/86400, secs/3600%24, secs/60%60, secs%60
+	fields := 0
+	if days > 0 {
+		fmt.Fprintf(&b, "%dd", days)
+		fields++
+	}
+	if hours > 0 {
+		fmt.Fprintf(&b, "%dh", hours)
+		fields++
+	}
+	if mins > 0 && fields < 2 {
+		fmt.Fprintf(&b, "%dm", mins)
+	}
+	if sec > 0 && fields < 2 {
+		fmt.Fprintf(&b, "%ds", sec)
+	}
+	return b.String()
 }
 
 // agentStateZ maps agent states to ZMailer's S= words.
@@ -320,9 +418,15 @@ func hostBound(b bool) int {
 
 // threadLine is one thread's summary as the thread report gives it
 // (zmailer-facts.md §7.3), with zsched's window and state after.
-func (d *Daemon) threadLine(now time.Time, t core.ThreadView, agents map[int]core.AgentView) string {
+// With pad, N=, R= and A= have ZMailer's column widths, which scripts
+// reading its report count on; THREADS2 splits on blanks instead.
+func (d *Daemon) threadLine(now time.Time, t core.ThreadView, agents map[int]core.AgentView, pad bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "N=%d R=%d A=%d", t.Vertices, t.Recipients, t.Attempts)
+	if pad {
+		fmt.Fprintf(&b, "N=%-3d R=%-3d A=%-2d", t.Vertices, t.Recipients, t.Attempts)
+	} else {
+		fmt.Fprintf(&b, "N=%d R=%d A=%d", t.Vertices, t.Recipients, t.Attempts)
+	}
 	if len(t.Agents) > 0 {
 		var pids []string
 		var heard, fed time.Time
@@ -380,7 +484,8 @@ func (d *Daemon) agentMap() map[int]core.AgentView {
 	return m
 }
 
-// threadReport is SHOW QUEUE THREADS (short: SHOW QUEUE SHORT).
+// threadReport is SHOW QUEUE THREADS (short: SHOW QUEUE SHORT), laid out
+// as ZMailer's thread_report.
 func (d *Daemon) threadReport(now time.Time, short bool) []string {
 	agents := d.agentMap()
 	var out []string
@@ -392,13 +497,30 @@ func (d *Daemon) threadReport(now time.Time, short bool) []string {
 		out = append(out, head)
 		if !short {
 			for _, t := range r.Threads {
-				out = append(out, fmt.Sprintf("    %s/%s/%d\t%s", t.Channel, t.Host, hostBound(r.HostBound), d.threadLine(now, t, agents)))
+				name := fmt.Sprintf("    %s/%s/%d", t.Channel, t.Host, hostBound(r.HostBound))
+				out = append(out, name+threadPad(name)+d.threadLine(now, t, agents, true))
 			}
 		}
-		out = append(out, fmt.Sprintf("Threads: %d Msgs: %d Procs: %d Idle: %d Plim: %d Flim: %d Tlim: %d",
+		out = append(out, fmt.Sprintf("	Threads: %4d Msgs: %5d Procs: %3d Idle: %3d Plim: %3d Flim: %3d Tlim: %3d",
 			len(r.Threads), r.Msgs, r.Agents, r.Idle, r.MaxRing, r.Overfeed, r.MaxThr)+throttleNote(now, r))
 	}
-	return append(out, d.globalLines(now)...)
+	return append(out, d.globalLines(now, false)...)
+}
+
+// threadPad is what ZMailer writes after a thread's name: tabs to the
+// fifth tab stop, or a blank past it.
+func threadPad(name string) string {
+	w := len(name) + 7
+	pad := ""
+	for _, stop := range []int{15, 23, 31} {
+		if w < stop {
+			pad += "\t"
+		}
+	}
+	if w < 39 {
+		return pad + "\t"
+	}
+	return pad + " "
 }
 
 // throttleNote is the ring line's note on a throttled transport (issue 16):
@@ -427,14 +549,15 @@ func (d *Daemon) threads2(now time.Time) []string {
 	var out []string
 	for _, r := range d.core.Rings(now) {
 		for _, t := range r.Threads {
-			out = append(out, t.Channel+"\t"+t.Host+"\t"+strings.ReplaceAll(d.threadLine(now, t, agents), " ", "\t"))
+			out = append(out, t.Channel+"\t"+t.Host+"\t"+strings.ReplaceAll(d.threadLine(now, t, agents, false), " ", "\t"))
 		}
 	}
 	return out
 }
 
-// globalLines are ZMailer's two summary lines.
-func (d *Daemon) globalLines(now time.Time) []string {
+// globalLines are ZMailer's two summary lines; snmp gives the uptime in
+// seconds, as ZMailer's SHOW SNMP does.
+func (d *Daemon) globalLines(now time.Time, snmp bool) []string {
 	g := d.core.Gauges(now, 0)
 	c := d.core.Counters()
 	idle := g.Agents["idle"] + g.Agents["idling"]
@@ -443,22 +566,41 @@ func (d *Daemon) globalLines(now time.Time) []string {
 		threads += n
 	}
 	out := c.Delivered + c.Failed + c.Expired
+	uptime := age(now.Sub(d.ops.started))
+	if snmp {
+		uptime = fmt.Sprintf("%d sec", int64(now.Sub(d.ops.started)/time.Second))
+	}
 	return []string{
-		fmt.Sprintf("Kids: %d  Idle: %d  Msgs: %d  Thrds: %d  Rcpnts: %d  Uptime: %s",
-			d.core.Agents(), idle, g.Messages, threads, g.Recipients, age(now.Sub(d.ops.started))),
+		fmt.Sprintf("Kids: %d  Idle: %2d  Msgs: %3d  Thrds: %3d  Rcpnts: %4d  Uptime: %s",
+			d.core.Agents(), idle, g.Messages, threads, g.Recipients, uptime),
 		fmt.Sprintf("Msgs in %d out %d stored %d Rcpnts in %d out %d stored %d",
 			c.Arrived, max(c.Arrived-int64(g.Messages), 0), g.Messages, out+int64(g.Recipients), out, g.Recipients),
 	}
 }
 
+// threadListing is SHOW THREAD as the loop leaves it: every field but the
+// error address, which finish reads from the control files.
+type threadListing struct {
+	head string
+	rows []threadRow
+}
+
+type threadRow struct {
+	path   string
+	offset int64
+	fields []string // MAILQ v2's ten, the third (error address) left to finish
+}
+
 // showThread is SHOW THREAD: a summary line, then one TAB-separated line
-// per recipient with MAILQ v2's ten fields.
-func (d *Daemon) showThread(now time.Time, channel, host string) ([]string, bool) {
+// per recipient with MAILQ v2's ten fields: path, index in its vertex,
+// error address, offset, expiry, the thread's wake-up, the vertex's last
+// feed, attempts, what it waits for, the last agent text.
+func (d *Daemon) showThread(now time.Time, channel, host string) (*threadListing, bool) {
 	t, ok := d.core.Thread(now, channel, host)
 	if !ok {
 		return nil, false
 	}
-	out := []string{fmt.Sprintf("#%s/%s/%d\t%s", t.Channel, t.Host, hostBound(t.HostBound), d.threadLine(now, t, d.agentMap()))}
+	st := &threadListing{head: fmt.Sprintf("#%s/%s/%d\t%s", t.Channel, t.Host, hostBound(t.HostBound), d.threadLine(now, t, d.agentMap(), true))}
 	epoch := func(x time.Time) string {
 		if x.IsZero() {
 			return "0"
@@ -479,11 +621,63 @@ func (d *Daemon) showThread(now time.Time, channel, host string) ([]string, bool
 			wait = v.Why.Reason.String()
 		}
 		for i, r := range v.Rcpts {
-			out = append(out, strings.Join([]string{v.Path, strconv.Itoa(i), "-", strconv.FormatInt(r.Offset, 10),
-				epoch(v.Expires), epoch(v.Wake), epoch(v.Fed), strconv.Itoa(v.Attempts), wait, v.LastText}, "\t"))
+			st.rows = append(st.rows, threadRow{path: v.Path, offset: r.Offset, fields: []string{v.Path, strconv.Itoa(i), "-",
+				strconv.FormatInt(r.Offset, 10), epoch(v.Expires), epoch(v.Wake), epoch(v.Fed), strconv.Itoa(v.Attempts), wait, v.LastText}})
 		}
 	}
-	return out, true
+	return st, true
+}
+
+// finish fills in the error addresses from the control files under
+// transport (each read once) and returns the listing. It runs beside the
+// loop: a file gone meanwhile (the message completed) leaves "-".
+func (st *threadListing) finish(transport string) []string {
+	files := make(map[string]*ctlfile.File)
+	out := []string{st.head}
+	for _, r := range st.rows {
+		f, seen := files[r.path]
+		if !seen {
+			if data, err := os.ReadFile(filepath.Join(transport, filepath.FromSlash(r.path))); err == nil {
+				f, _ = ctlfile.Parse(filepath.Base(r.path), data)
+			}
+			files[r.path] = f
+		}
+		if f != nil {
+			r.fields[2] = errorAddress(f, r.offset)
+		}
+		out = append(out, strings.Join(r.fields, "\t"))
+	}
+	return out
+}
+
+// errorAddress is where reports about the recipient at offset go, as the
+// control file says: the error address in force for its sender, else the
+// file's, else the sender itself; "<>" for the null address.
+func errorAddress(f *ctlfile.File, offset int64) string {
+	var s *ctlfile.Sender
+	for i := range f.Rcpts {
+		if r := &f.Rcpts[i]; r.Offset == offset && r.Sender >= 0 && r.Sender < len(f.Senders) {
+			s = &f.Senders[r.Sender]
+		}
+	}
+	if s == nil && len(f.Senders) > 0 {
+		s = &f.Senders[0]
+	}
+	addr := ""
+	if s != nil {
+		addr = s.ErrorAddr
+	}
+	if addr == "" {
+		addr = f.ErrorAddr
+	}
+	if addr == "" && s != nil && s.Channel != "error" && s.User != "-" {
+		addr = s.User
+	}
+	addr = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(addr), "<"), ">")
+	if addr == "" {
+		return "<>"
+	}
+	return addr
 }
 
 func (d *Daemon) counters(now time.Time) []string {

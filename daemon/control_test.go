@@ -276,10 +276,11 @@ maxring = 10
 	report := strings.Join(e.ok("SHOW QUEUE THREADS").Lines, "\n")
 	for _, want := range []string{
 		"smtp/*/0\n",
-		fmt.Sprintf("    smtp/a.test/0\tN=2 R=2 A=0 P={%d,%d} ", ta.Pids[0], ta.Pids[1]),
-		fmt.Sprintf("    smtp/b.test/0\tN=1 R=2 A=0 P={%d} ", tb.Pids[0]),
-		"Threads: 2 Msgs: 3 Procs: 3 Idle: 0 Plim: 10 Flim: 0 Tlim: 20\n",
-		"Kids: 3  Idle: 0  Msgs: 3  Thrds: 2  Rcpnts: 4  Uptime: ",
+		// ZMailer's layout: tabs to the thread's fields, padded columns.
+		fmt.Sprintf("    smtp/a.test/0\t\tN=2   R=2   A=0  P={%d,%d} ", ta.Pids[0], ta.Pids[1]),
+		fmt.Sprintf("    smtp/b.test/0\t\tN=1   R=2   A=0  P={%d} ", tb.Pids[0]),
+		"\tThreads:    2 Msgs:     3 Procs:   3 Idle:   0 Plim:  10 Flim:   0 Tlim:  20\n",
+		"Kids: 3  Idle:  0  Msgs:   3  Thrds:   2  Rcpnts:    4  Uptime: ",
 	} {
 		if !strings.Contains(report, want) {
 			t.Fatalf("thread report lacks %q:\n%s", want, report)
@@ -292,7 +293,7 @@ maxring = 10
 		t.Fatalf("THREADS2: %q", t2)
 	}
 	st := e.ok("SHOW THREAD smtp a.test").Lines
-	if len(st) != 3 || !strings.HasPrefix(st[0], "#smtp/a.test/0\tN=2") {
+	if len(st) != 3 || !strings.HasPrefix(st[0], "#smtp/a.test/0\tN=2   R=2") {
 		t.Fatalf("SHOW THREAD: %q", st)
 	}
 	paths := []string{strings.Split(st[1], "\t")[0], strings.Split(st[2], "\t")[0]}
@@ -684,4 +685,22 @@ func testSecondScheduler(t *testing.T, agents map[string]string) {
 		t.Fatal("the second scheduler overwrote the pid file")
 	}
 	e.ok("SHOW COUNTERS")
+}
+
+// age is ZMailer's saytime in its short form: what its mailq prints for
+// QA= and Uptime:, and what scripts reading it expect.
+func TestAgeIsZMailerSaytime(t *testing.T) {
+	for _, tt := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"}, {-time.Second, "0s"}, {59 * time.Second, "59s"}, {173 * time.Second, "2m53s"},
+		{time.Hour + 2*time.Minute, "1h2m"}, {time.Hour + 2*time.Minute + 5*time.Second, "1h2m5s"},
+		{26 * time.Hour, "1d2h"}, {26*time.Hour + 3*time.Minute + 4*time.Second, "1d2h"},
+		{24*time.Hour + 5*time.Minute + 7*time.Second, "1d5m7s"}, {3 * 24 * time.Hour, "3d"},
+	} {
+		if got := age(tt.d); got != tt.want {
+			t.Errorf("age(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
 }

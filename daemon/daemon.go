@@ -37,6 +37,11 @@ type Options struct {
 	Now func() time.Time
 	// Seed seeds the core's random source; 0 means the time.
 	Seed int64
+	// Notify, when set, is told the service states systemd's sd_notify
+	// knows: "READY=1" once the control socket listens and the startup
+	// read has begun, "RELOADING=1…" and "READY=1" around a reload,
+	// "STOPPING=1" when shutdown begins.
+	Notify func(state string)
 }
 
 // Daemon is a running scheduler.
@@ -178,6 +183,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	go d.sweep(swept)
 	defer func() { <-swept }()
 	d.startScan(d.now())
+	d.sdNotify("READY=1")
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	notify := d.notify
@@ -241,9 +247,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case f := <-d.ops.calls:
 			f()
 		case <-d.ops.reload:
-			if err := d.reload(); err == nil {
-				d.log.Info("configuration reloaded (SIGHUP)", "file", d.cfg.File)
-			}
+			d.reload("by", "SIGHUP") // logs the outcome either way
 		case <-timer.C:
 			d.tick()
 		}
@@ -303,6 +307,7 @@ func (d *Daemon) close() {
 // SIGKILL a second later), so no process of an agent outlives the scheduler.
 func (d *Daemon) shutdown() error {
 	defer d.lastUnwritten() // after the agents' last reports
+	d.sdNotify("STOPPING=1")
 	d.stopped = true
 	d.core.Quiesce()
 	d.stopControl()
@@ -312,8 +317,18 @@ func (d *Daemon) shutdown() error {
 	deadline := time.NewTimer(max(d.cfg.Scheduler.ShutdownTimeout.D(), time.Second))
 	defer deadline.Stop()
 	killed := false
+	hurry := d.ops.hurry
 	for len(d.procs) > 0 {
 		select {
+		case <-hurry:
+			// A second TERM: the operator will not wait.
+			hurry = nil
+			killed = true
+			d.log.Warn("second signal: killing the agents now", "agents", len(d.procs))
+			for _, p := range d.procs {
+				p.Kill(time.Second)
+			}
+			deadline.Reset(3 * time.Second)
 		case ev := <-d.events:
 			d.agentEvent(ev)
 			d.applyLog()

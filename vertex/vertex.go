@@ -149,6 +149,7 @@ func fromNanos(n int64) time.Time {
 type attempt struct {
 	text   string
 	notary report.Notary
+	fed    int64 // when the attempt's job was fed, Unix nanoseconds (SHOW THREAD)
 }
 
 // LastText is the text of the latest report on the vertex, "" if none.
@@ -176,6 +177,25 @@ func (v *Vertex) SetLastText(text string) {
 		v.last = &attempt{}
 	}
 	v.last.text = text
+}
+
+// LastFed is when the vertex's latest finished attempt was fed to its
+// agent; zero if none was recorded.
+func (v *Vertex) LastFed() time.Time {
+	if v.last == nil {
+		return time.Time{}
+	}
+	return fromNanos(v.last.fed)
+}
+
+// SetLastFed records when the latest attempt was fed. Only a vertex that
+// stays after its attempt needs it, and such a vertex has usually a record
+// already (its deferral's text).
+func (v *Vertex) SetLastFed(t time.Time) {
+	if v.last == nil {
+		v.last = &attempt{}
+	}
+	v.last.fed = nanos(t)
 }
 
 // SetLastNotary records the latest report's DSN data.

@@ -50,6 +50,7 @@ func TestEnqueueOnFullDisk(t *testing.T) {
 	if err := os.WriteFile(p.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	mkPostoffice(t, po)
 	if out, err := p.scheduler("enqueue", "-from", "s@example.org", "before@good.test").CombinedOutput(); err != nil {
 		t.Fatalf("enqueue: %v\n%s", err, out)
 	}

@@ -208,6 +208,7 @@ func postofficeOn(t *testing.T, po, sel string) *postoffice {
 	if err := os.WriteFile(p.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	mkPostoffice(t, po)
 	p.route(sel)
 	return p
 }

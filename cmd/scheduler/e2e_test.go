@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"zsched/ctlfile"
 	"zsched/testagents"
 )
 
@@ -72,7 +73,17 @@ shutdown_timeout = "5s"
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	mkPostoffice(t, filepath.Join(dir, "po"))
 	return &postoffice{t: t, dir: dir, config: path}
+}
+
+// mkPostoffice makes the postoffice's directories, as `scheduler init`
+// does: run and enqueue refuse one that does not exist.
+func mkPostoffice(t *testing.T, po string) {
+	t.Helper()
+	if err := (&ctlfile.Spool{Root: po}).Init(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (p *postoffice) agent(name string) string { return binaries.agents[name] }

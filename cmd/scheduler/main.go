@@ -1,11 +1,16 @@
 // Command scheduler is zsched: a mail-queue scheduler in ZMailer's line,
-// with Postfix's concurrency feedback. Subcommands:
+// with Postfix's concurrency feedback. It is installed as zsched, with
+// scheduler (ZMailer's name) beside it; both run the same program.
 //
-//	scheduler run [-config FILE] [-drain]     run the scheduler in the foreground
-//	scheduler enqueue [-config FILE] RCPT...  queue a message (router stand-in)
-//	scheduler check FILE                      validate a configuration file
+//	scheduler run [-config FILE] [-drain] [-create]  run the scheduler in the foreground
+//	scheduler init [-config FILE]                    make the postoffice
+//	scheduler enqueue [-config FILE] RCPT...         queue a message (router stand-in)
+//	scheduler check [FILE]                           validate a configuration on this host
 //	scheduler mailq|qshape|why|etrn|flush|hold|release|kill|reload ...
-//	                                          operator commands on the running scheduler
+//	                                                 operator commands on the running scheduler
+//	scheduler help [COMMAND] | version
+//
+// Exit status: 0 done, 1 failed, 2 usage.
 package main
 
 import (
@@ -14,15 +19,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
+	"time"
 
+	sd "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/hashicorp/go-hclog"
 
 	"zsched/config"
+	"zsched/config/preflight"
 	"zsched/ctlfile"
 	"zsched/daemon"
 )
@@ -31,93 +43,313 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
+// version is set at link time (-ldflags "-X main.version=1.2.3"); without
+// it the module version or "devel" is shown. The commit comes from the
+// build's VCS stamp (debug.ReadBuildInfo); Go does not stamp a build made
+// in a git worktree, so the Makefile also sets commit at link time, which
+// is used only when the stamp is missing.
+var version, commit = "", ""
+
+// Where the configuration is looked for when neither -config nor
+// $ZSCHED_CONFIG names it.
+const (
+	localConfig  = "scheduler.toml"
+	systemConfig = "/etc/zsched/scheduler.toml"
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdin io.Reader, stdout, stderr io.Writer) error
+}
+
+// commands in the order usage lists them; ops.go adds the operator commands.
+func commands() []command {
+	cmds := []command{
+		{"run", "run the scheduler in the foreground (-drain: exit when the queue is empty)", cmdRun},
+		{"init", "make the postoffice (queue/, transport/) the configuration names", cmdInit},
+		{"enqueue", "write a message into the queue and notify the scheduler", cmdEnqueue},
+		{"check", "validate a configuration, and what it needs from this host", cmdCheck},
+		{"ta-check", "check a transport agent against the TA protocol (-- AGENT ARGS...)",
+			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+				return cmdTACheck(args, stdout, stderr)
+			}},
+		{"bench", "generate a queue and time its drain with the sink agent",
+			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+				return cmdBench(args, stdout, stderr)
+			}},
+		{"simulate", "replay a traffic trace against configurations on a fake clock",
+			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+				return cmdSimulate(args, stdout, stderr)
+			}},
+		{"version", "print the version, commit and Go version", cmdVersion},
+		{"help", "print the usage of every command, or of one", nil},
+	}
+	for _, name := range opsOrder {
+		cmds = append(cmds, command{name, opsCommands[name].summary,
+			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+				return cmdOps(name, args, stdout, stderr)
+			}})
+	}
+	return cmds
+}
+
+func findCommand(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
 func usage(w io.Writer) {
-	fmt.Fprint(w, `usage: scheduler COMMAND [flags] [args]
+	fmt.Fprint(w, `usage: scheduler COMMAND [flags] [args]     (installed as zsched too)
 
 commands:
-  run      run the scheduler in the foreground (-drain: exit when the queue is empty)
-  enqueue  write a message into the queue and notify the scheduler
-  check    validate a configuration file and print the effective clauses
-  ta-check check a transport agent against the TA protocol (-- AGENT ARGS...)
-  bench    generate a queue and time its drain with the sink agent
-
-operator commands (on the running scheduler's control socket):
 `)
-	opsUsage(w)
-	fmt.Fprint(w, `
-Every command takes -config FILE (default $ZSCHED_CONFIG, else ./scheduler.toml).
-`)
+	for _, c := range commands() {
+		if _, ops := opsCommands[c.name]; ops {
+			continue
+		}
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "\noperator commands (on the running scheduler's control socket):\n")
+	for _, name := range opsOrder {
+		fmt.Fprintf(w, "  %-9s %s\n", name, opsCommands[name].summary)
+	}
+	fmt.Fprintf(w, `
+"scheduler help COMMAND" or "scheduler COMMAND -h" prints a command's flags.
+Every command takes -config FILE; without it, $ZSCHED_CONFIG, else
+./%s if present, else %s.
+Exit status: 0 done, 1 failed, 2 usage.
+`, localConfig, systemConfig)
 }
+
+// usageError is the caller's mistake: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// errReported is a failure already explained on stderr: exit 1, nothing more.
+var errReported = errors.New("failed")
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
 		return 2
 	}
-	cmd, args := args[0], args[1:]
-	var err error
-	switch cmd {
-	case "run":
-		err = cmdRun(args, stderr)
-	case "enqueue":
-		err = cmdEnqueue(args, stdin, stdout, stderr)
-	case "check":
-		err = cmdCheck(args, stdout, stderr)
-	case "ta-check":
-		err = cmdTACheck(args, stdout, stderr)
-	case "bench":
-		err = cmdBench(args, stdout, stderr)
-	case "simulate":
-		err = cmdSimulate(args, stdout, stderr)
-	case "help", "-h", "-help", "--help":
-		usage(stdout)
-		return 0
-	case "mailq", "qshape", "why", "etrn", "flush", "hold", "release", "kill", "reload":
-		err = cmdOps(cmd, args, stdout, stderr)
-	default:
-		fmt.Fprintf(stderr, "scheduler: unknown command %q\n", cmd)
-		usage(stderr)
+	name, args := args[0], args[1:]
+	switch name {
+	case "-h", "-help", "--help":
+		name = "help"
+	case "-version", "--version":
+		name = "version"
+	}
+	if name == "help" {
+		return help(args, stdout, stderr)
+	}
+	c, ok := findCommand(name)
+	if !ok {
+		fmt.Fprintf(stderr, "scheduler: unknown command %q (scheduler help lists them)\n", name)
 		return 2
 	}
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 2
+	wantHelp := helpRequested(args)
+	if wantHelp {
+		stderr = stdout // asked for: the usage is the output
+	}
+	err := c.run(args, stdin, stdout, stderr)
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		if wantHelp {
+			return 0
 		}
+		return 2
+	case errors.As(err, &ue):
 		fmt.Fprintln(stderr, "scheduler:", err)
+		return 2
+	case isFlagError(err):
+		return 2 // the flag package has said what and printed the usage
+	case errors.Is(err, errReported):
 		return 1
 	}
-	return 0
+	fmt.Fprintln(stderr, "scheduler:", err)
+	return 1
 }
 
-func defaultConfig() string {
+// help prints the usage of every command, or of one.
+func help(args []string, stdout, stderr io.Writer) int {
+	switch len(args) {
+	case 0:
+		usage(stdout)
+		return 0
+	case 1:
+	default:
+		fmt.Fprintln(stderr, "scheduler: help takes one command")
+		return 2
+	}
+	if args[0] == "help" {
+		usage(stdout)
+		return 0
+	}
+	if _, ok := findCommand(args[0]); !ok {
+		fmt.Fprintf(stderr, "scheduler: help: unknown command %q (scheduler help lists them)\n", args[0])
+		return 2
+	}
+	return run([]string{args[0], "-h"}, nil, stdout, stdout)
+}
+
+// helpRequested reports whether args ask for the usage (before a "--").
+func helpRequested(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
+}
+
+// isFlagError reports an error of flag.FlagSet.Parse, which has printed
+// its message and the usage already.
+func isFlagError(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"flag provided but not defined", "flag needs an argument", "invalid value", "invalid boolean", "bad flag syntax"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// newFlags returns a command's flag set and its -config flag.
+func newFlags(name, synopsis string, stderr io.Writer) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("scheduler "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: scheduler %s %s\n\n", name, synopsis)
+		if c, ok := findCommand(name); ok && c.summary != "" {
+			fmt.Fprintf(fs.Output(), "%s.\n\n", strings.ToUpper(c.summary[:1])+c.summary[1:])
+		}
+		fs.PrintDefaults()
+	}
+	return fs, fs.String("config", "", "configuration `file` (default: $ZSCHED_CONFIG, else ./"+localConfig+
+		" if present, else "+systemConfig+")")
+}
+
+// configPath is the configuration every command uses: -config, else
+// $ZSCHED_CONFIG, else ./scheduler.toml if it exists, else
+// /etc/zsched/scheduler.toml. A daemon and the operator commands run from
+// anywhere thus find the same file, and through it the same sockets.
+func configPath(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
 	if p := os.Getenv("ZSCHED_CONFIG"); p != "" {
 		return p
 	}
-	return "scheduler.toml"
+	if _, err := os.Stat(localConfig); err == nil {
+		return localConfig
+	}
+	return systemConfig
 }
 
-func flags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet("scheduler "+name, flag.ContinueOnError)
+// loadConfig loads the configuration flagValue names (see configPath),
+// saying where it looked when there is none.
+func loadConfig(flagValue string) (*config.Config, error) {
+	path := configPath(flagValue)
+	cfg, err := config.Load(path)
+	if err != nil && errors.Is(err, fs.ErrNotExist) && flagValue == "" && os.Getenv("ZSCHED_CONFIG") == "" {
+		return nil, fmt.Errorf("no configuration: ./%s is absent and %s: %w (give -config FILE or set ZSCHED_CONFIG)",
+			localConfig, systemConfig, syscall.ENOENT)
+	}
+	return cfg, err
+}
+
+func cmdVersion(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("scheduler version", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	return fs, fs.String("config", defaultConfig(), "configuration `file`")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: scheduler version\n\nPrints the version, the commit it was built from, and the Go version.")
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("version takes no arguments")
+	}
+	fmt.Fprintln(stdout, versionLine())
+	return nil
+}
+
+// versionLine is "zsched VERSION (commit REV[+dirty] TIME) goX.Y OS/ARCH",
+// from the link-time version and the build's VCS stamp.
+func versionLine() string {
+	v, rev, when, dirty := version, "", "", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				when = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	if v == "" {
+		v = "devel"
+	}
+	if rev == "" {
+		rev = commit
+	}
+	c := "unknown commit"
+	if rev != "" {
+		c = "commit " + rev
+		if dirty {
+			c += "+dirty"
+		}
+		if when != "" {
+			c += " " + when
+		}
+	}
+	return fmt.Sprintf("zsched %s (%s) %s %s/%s", v, c, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 func newLogger(cfg *config.Config, w io.Writer) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{
+	return rfc3339Logger{hclog.New(&hclog.LoggerOptions{
 		Name:       "zsched",
 		Level:      hclog.LevelFromString(cfg.Scheduler.LogLevel),
 		JSONFormat: cfg.Scheduler.LogFormat == "json",
 		Output:     w,
-	})
+		TimeFormat: logTimeFormat,
+	})}
 }
 
-func cmdRun(args []string, stderr io.Writer) error {
-	fs, path := flags("run", stderr)
+func cmdRun(args []string, _ io.Reader, _, stderr io.Writer) error {
+	fs, path := newFlags("run", "[-config FILE] [-drain] [-create]", stderr)
 	drain := fs.Bool("drain", false, "exit 0 once the queue is empty and no agent is busy")
+	create := fs.Bool("create", false, "make the postoffice if it does not exist (as scheduler init)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to `file`")
 	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on `addr`, a loopback address (e.g. 127.0.0.1:6060)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("run: unexpected argument %q", fs.Arg(0))
 	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -130,50 +362,146 @@ func cmdRun(args []string, stderr io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cfg, err := config.Load(*path)
+	cfg, err := loadConfig(*path)
 	if err != nil {
 		return err
+	}
+	if *create {
+		if _, err := makePostoffice(cfg); err != nil {
+			return err
+		}
+	}
+	res := preflight.Check(cfg, preflight.Options{})
+	if len(res.Errors) > 0 {
+		fmt.Fprintf(stderr, "scheduler: run: %s cannot run on this host:\n", cfg.File)
+		for _, e := range res.Errors {
+			fmt.Fprintln(stderr, " ", e)
+		}
+		if errors.Is(res.Err(), preflight.ErrNoPostoffice) {
+			fmt.Fprintln(stderr, "  (scheduler init, or run -create, makes the postoffice)")
+		}
+		return errReported
 	}
 	logOut := newLogBuffer(stderr)
 	defer logOut.Flush()
 	log := newLogger(cfg, logOut)
+	for _, w := range res.Warnings {
+		log.Warn("check", "problem", w.Error())
+	}
 	if *pprofAddr != "" {
 		if _, _, err := servePprof(*pprofAddr, log); err != nil {
 			return err
 		}
 	}
-	d, err := daemon.New(cfg, log, daemon.Options{Drain: *drain})
+	d, err := daemon.New(cfg, log, daemon.Options{Drain: *drain, Notify: sdNotifier(log)})
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer func() { signal.Stop(hup); close(hup) }()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer func() { signal.Stop(sigs); close(sigs) }()
 	go func() {
-		for range hup {
-			d.Reload()
+		stops := 0
+		for sig := range sigs {
+			switch {
+			case sig == syscall.SIGHUP:
+				d.Reload()
+			case stops == 0:
+				stops++
+				cancel(fmt.Errorf("signal %v", sig))
+			default:
+				d.Hurry() // a second TERM: do not wait for the agents
+			}
 		}
 	}()
+	started := time.Now()
 	log.Info("scheduler starting", "config", cfg.File, "postoffice", cfg.Scheduler.Postoffice,
-		"clauses", len(cfg.Clauses), "maxta", cfg.Scheduler.MaxTA, "pid", os.Getpid())
-	return d.Run(ctx)
+		"clauses", len(cfg.Clauses), "maxta", cfg.Scheduler.MaxTA, "pid", os.Getpid(), "version", versionLine())
+	err = d.Run(ctx)
+	if err != nil {
+		log.Error("stopped", "error", err, "uptime", time.Since(started).Round(time.Second).String())
+		return errReported
+	}
+	log.Info("stopped", "uptime", time.Since(started).Round(time.Second).String())
+	return nil
 }
 
-func cmdCheck(args []string, stdout, stderr io.Writer) error {
-	fs, path := flags("check", stderr)
+// sdNotifier tells systemd the daemon's states when it runs under
+// Type=notify ($NOTIFY_SOCKET), and is a no-op otherwise.
+func sdNotifier(log hclog.Logger) func(string) {
+	return func(state string) {
+		if _, err := sd.SdNotify(false, state); err != nil {
+			log.Warn("sd_notify", "state", state, "error", err)
+		}
+	}
+}
+
+// makePostoffice creates the postoffice's directories; it reports whether
+// it made any.
+func makePostoffice(cfg *config.Config) (bool, error) {
+	po := cfg.Scheduler.Postoffice
+	fresh := false
+	for _, d := range []string{"queue", "transport"} {
+		if _, err := os.Stat(filepath.Join(po, d)); errors.Is(err, fs.ErrNotExist) {
+			fresh = true
+		}
+	}
+	spool := &ctlfile.Spool{Root: po, Hash: cfg.Scheduler.Hash}
+	if err := spool.Init(); err != nil {
+		return false, err
+	}
+	return fresh, nil
+}
+
+func cmdInit(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs, path := newFlags("init", "[-config FILE]", stderr)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		*path = fs.Arg(0)
+		return usagef("init: unexpected argument %q", fs.Arg(0))
 	}
-	cfg, err := config.Load(*path)
+	cfg, err := loadConfig(*path)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: ok: postoffice %s, %d clauses\n", *path, cfg.Scheduler.Postoffice, len(cfg.Clauses))
+	// The postoffice first, whatever else check finds: programs and users
+	// may well come after it.
+	fresh, err := makePostoffice(cfg)
+	if err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	if fresh {
+		fmt.Fprintf(stdout, "made postoffice %s (queue/, transport/, bad/, state/)\n", cfg.Scheduler.Postoffice)
+	} else {
+		fmt.Fprintf(stdout, "postoffice %s exists already\n", cfg.Scheduler.Postoffice)
+	}
+	return reportCheck(cfg.File, preflight.Check(cfg, preflight.Options{}), stdout, stderr)
+}
+
+func cmdCheck(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs, path := newFlags("check", "[-config FILE | FILE]", stderr)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		*path = fs.Arg(0)
+	default:
+		return usagef("check takes one file")
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	r := preflight.Check(cfg, preflight.Options{})
+	if err := reportCheck(cfg.File, r, stdout, stderr); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: ok: postoffice %s, %d clauses\n", cfg.File, cfg.Scheduler.Postoffice, len(cfg.Clauses))
 	for _, c := range cfg.Clauses {
 		fmt.Fprintf(stdout, "  line %d: %s -> %s (maxring %d, maxthr %d, overfeed %d, interval %s)\n",
 			c.Line, c.Select, c.Command.String(), c.MaxRing, c.MaxThr, c.Overfeed, c.Interval)
@@ -181,83 +509,20 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs, path := flags("enqueue", stderr)
-	channel := fs.String("channel", "smtp", "channel for recipients given as plain addresses")
-	from := fs.String("from", "", "envelope sender (empty: <>)")
-	subject := fs.String("subject", "zsched test message", "Subject header")
-	bodyFile := fs.String("body", "", "body `file` (\"-\": standard input; default: a one-line body)")
-	notify := fs.String("notify", "", "DSN NOTIFY for every recipient, e.g. SUCCESS,FAILURE")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: scheduler enqueue [flags] RCPT...\n\nRCPT is channel/host/address, or an address (channel from -channel, host = its domain).")
-		fs.PrintDefaults()
+// reportCheck prints preflight's warnings and errors; errors fail.
+func reportCheck(file string, r preflight.Result, stdout, stderr io.Writer) error {
+	for _, w := range r.Warnings {
+		fmt.Fprintln(stderr, "warning:", w)
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
+	if len(r.Errors) == 0 {
+		return nil
 	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return errors.New("enqueue: no recipients")
+	for _, e := range r.Errors {
+		fmt.Fprintln(stderr, e)
 	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		return err
+	if errors.Is(r.Err(), preflight.ErrNoPostoffice) {
+		fmt.Fprintln(stderr, "(scheduler init, or run -create, makes the postoffice)")
 	}
-	m := &ctlfile.Message{Sender: *from}
-	var to []string
-	for _, r := range fs.Args() {
-		a, err := parseRcpt(r, *channel)
-		if err != nil {
-			return err
-		}
-		a.Notify = *notify
-		m.Rcpts = append(m.Rcpts, a)
-		to = append(to, a.User)
-	}
-	fromHdr := *from
-	if fromHdr == "" {
-		fromHdr = "MAILER-DAEMON"
-	}
-	m.Header = []byte(fmt.Sprintf("From: %s\nTo: %s\nSubject: %s\n", fromHdr, strings.Join(to, ", "), *subject))
-	switch *bodyFile {
-	case "":
-		m.Body = []byte("This message was queued by scheduler enqueue.\n")
-	case "-":
-		if m.Body, err = io.ReadAll(stdin); err != nil {
-			return fmt.Errorf("enqueue: body: %w", err)
-		}
-	default:
-		if m.Body, err = os.ReadFile(*bodyFile); err != nil {
-			return fmt.Errorf("enqueue: body: %w", err)
-		}
-	}
-	spool := &ctlfile.Spool{Root: cfg.Scheduler.Postoffice, Hash: cfg.Scheduler.Hash}
-	if err := spool.Init(); err != nil {
-		return fmt.Errorf("enqueue: %w", err)
-	}
-	rel, err := spool.Enqueue(m)
-	if err != nil {
-		return fmt.Errorf("enqueue: %w", err)
-	}
-	fmt.Fprintln(stdout, rel)
-	if err := ctlfile.NotifyScheduler(cfg.Scheduler.NotifySocket, rel); err != nil {
-		// Not running: its scan finds the file when it starts.
-		fmt.Fprintf(stderr, "scheduler: enqueue: %s queued; the scheduler is not running\n", rel)
-	}
-	return nil
-}
-
-// parseRcpt reads "channel/host/address" or "address".
-func parseRcpt(s, channel string) (ctlfile.Address, error) {
-	if f := strings.SplitN(s, "/", 3); len(f) == 3 {
-		if f[0] == "" || f[1] == "" || f[2] == "" {
-			return ctlfile.Address{}, fmt.Errorf("enqueue: recipient %q: empty channel, host or address", s)
-		}
-		return ctlfile.Address{Channel: f[0], Host: strings.ToLower(f[1]), User: f[2]}, nil
-	}
-	at := strings.LastIndexByte(s, '@')
-	if at <= 0 || at == len(s)-1 {
-		return ctlfile.Address{}, fmt.Errorf("enqueue: recipient %q: want user@domain or channel/host/address", s)
-	}
-	return ctlfile.Address{Channel: channel, Host: strings.ToLower(s[at+1:]), User: s}, nil
+	fmt.Fprintf(stderr, "%s: %d problems\n", file, len(r.Errors))
+	return errReported
 }

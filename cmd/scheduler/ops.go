@@ -7,38 +7,52 @@ import (
 	"strings"
 	"time"
 
-	"zsched/config"
 	"zsched/control"
 )
 
 // The operator commands: each is one command on the control socket of the
 // running scheduler.
 
-// opsCommands maps subcommands to their usage and the control line they
-// send (built from the arguments).
-var opsCommands = map[string]struct {
-	usage string
-	args  [2]int // min, max arguments (-1: any)
-	line  func(args []string) string
-}{
-	"mailq": {"mailq [-json]: threads, agents and queue (ZMailer's thread report)", [2]int{0, 0},
-		func([]string) string { return "SHOW QUEUE THREADS" }},
-	"qshape": {"qshape [N]: recipients by host and age in minutes (Postfix qshape), top N hosts", [2]int{0, 1},
-		func(a []string) string { return strings.TrimSpace("SHOW QSHAPE " + strings.Join(a, " ")) }},
-	"why": {"why ID: why each recipient of a message waits (ID: path under transport/, or inode number)", [2]int{1, 1},
-		func(a []string) string { return "WHY " + a[0] }},
-	"etrn": {"etrn HOST|@DOMAIN: start the queueonly threads of a host (@: the domain and its subdomains)", [2]int{1, 1},
-		func(a []string) string { return "ETRN " + a[0] }},
-	"flush": {"flush [CHANNEL/HOST]: retry now, ending back-offs (ZMailer globs allowed)", [2]int{0, 1},
-		func(a []string) string { return strings.TrimSpace("FLUSH " + strings.Join(a, " ")) }},
-	"hold": {"hold CHANNEL/HOST | hold ID: hold a destination or a message", [2]int{1, 1},
-		func(a []string) string { return holdLine("HOLD", a[0]) }},
-	"release": {"release CHANNEL/HOST | release ID: end a hold", [2]int{1, 1},
-		func(a []string) string { return holdLine("RELEASE", a[0]) }},
-	"kill": {"kill ID: remove a message and its files, without a DSN", [2]int{1, 1},
-		func(a []string) string { return "KILL MSG " + a[0] }},
-	"reload": {"reload: re-read the configuration (as SIGHUP)", [2]int{0, 0},
-		func([]string) string { return "RELOAD" }},
+// opsSpec is an operator command: its arguments, its usage, and the
+// control line it sends.
+type opsSpec struct {
+	synopsis string
+	summary  string
+	args     [2]int // min, max arguments (-1: any)
+	line     func(args []string) string
+	// failed tells a reply that is "+" on the wire but means nothing was
+	// done (MAILQ v2's ETRN answers "+OK" either way), and what to say.
+	failed func(args []string, rep control.Reply) (string, bool)
+}
+
+var opsOrder = []string{"mailq", "qshape", "why", "etrn", "flush", "hold", "release", "kill", "reload"}
+
+var opsCommands = map[string]opsSpec{
+	"mailq": {"[-Q|-QQ|-QQQ|-s|-counters|-json|-dest CHANNEL/HOST]",
+		"threads, agents and queue (ZMailer's thread report)", [2]int{0, 0},
+		func([]string) string { return "SHOW QUEUE THREADS" }, nil},
+	"qshape": {"[N]", "recipients by host and age in minutes (Postfix qshape), top N hosts", [2]int{0, 1},
+		func(a []string) string { return strings.TrimSpace("SHOW QSHAPE " + strings.Join(a, " ")) }, nil},
+	"why": {"ID", "why each recipient of a message waits (ID: path under transport/, or inode number)", [2]int{1, 1},
+		func(a []string) string { return "WHY " + a[0] }, nil},
+	"etrn": {"HOST|@DOMAIN", "start the queueonly threads of a host (@: the domain and its subdomains)", [2]int{1, 1},
+		func(a []string) string { return "ETRN " + a[0] },
+		func(a []string, rep control.Reply) (string, bool) {
+			if strings.Contains(rep.Text, "didn't start anything") {
+				return fmt.Sprintf("nothing started for %s: no thread of it is waiting (not queued, held, or already running)", a[0]), true
+			}
+			return "", false
+		}},
+	"flush": {"[CHANNEL/HOST]", "retry now, ending back-offs (ZMailer globs allowed)", [2]int{0, 1},
+		func(a []string) string { return strings.TrimSpace("FLUSH " + strings.Join(a, " ")) }, nil},
+	"hold": {"CHANNEL/HOST | ID", "hold a destination (also mail that arrives later) or a message", [2]int{1, 1},
+		func(a []string) string { return holdLine("HOLD", a[0]) }, nil},
+	"release": {"CHANNEL/HOST | ID", "end a hold", [2]int{1, 1},
+		func(a []string) string { return holdLine("RELEASE", a[0]) }, nil},
+	"kill": {"ID", "remove a message and its files, without a DSN", [2]int{1, 1},
+		func(a []string) string { return "KILL MSG " + a[0] }, nil},
+	"reload": {"", "re-read the configuration (as SIGHUP); fails when it is refused", [2]int{0, 0},
+		func([]string) string { return "RELOAD" }, nil},
 }
 
 // holdLine tells a destination (channel/host: two non-empty parts, the
@@ -53,49 +67,75 @@ func holdLine(verb, arg string) string {
 	return verb + " MSG " + arg
 }
 
-func opsUsage(w io.Writer) {
-	for _, name := range []string{"mailq", "qshape", "why", "etrn", "flush", "hold", "release", "kill", "reload"} {
-		fmt.Fprintf(w, "  %s\n", opsCommands[name].usage)
-	}
-}
-
 // cmdOps runs one operator command against the running scheduler.
 func cmdOps(name string, args []string, stdout, stderr io.Writer) error {
 	spec := opsCommands[name]
-	fs, path := flags(name, stderr)
+	fs, path := newFlags(name, strings.TrimSpace("[-config FILE] [-socket PATH] "+spec.synopsis), stderr)
 	socket := fs.String("socket", "", "control socket `path` (default: control_socket of the configuration)")
-	jsonOut := false
-	if name == "mailq" {
-		fs.BoolVar(&jsonOut, "json", false, "print the queue as one JSON document")
-	}
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the scheduler")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: scheduler %s\n", spec.usage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	var line string
+	if name == "mailq" {
+		// MAILQ v2's levels, as ZMailer's mailq -Q…-QQQQ, and zsched's views.
+		views := []struct{ flag, line, usage string }{
+			{"Q", "SHOW QUEUE THREADS", "the thread report (the default; ZMailer's mailq -Q)"},
+			{"QQ", "SHOW QUEUE SHORT", "ring headers and summaries only (ZMailer's -QQ)"},
+			{"QQQ", "SHOW SNMP", "the two global summary lines, uptime in seconds (ZMailer's -QQQ)"},
+			{"s", "SHOW SNMP", "a summary of the queue: the global lines (as -QQQ)"},
+			{"QQQQ", "SHOW COUNTERS", "running totals and gauges (ZMailer's -QQQQ; as -counters)"},
+			{"counters", "SHOW COUNTERS", "running totals and gauges"},
+			{"json", "SHOW QUEUE JSON", "rings, threads and agents as one JSON document"},
+		}
+		set := make([]*bool, len(views))
+		for i, v := range views {
+			set[i] = fs.Bool(v.flag, false, v.usage)
+		}
+		dest := fs.String("dest", "", "one destination's recipients, `channel/host` (SHOW THREAD; ZMailer's -c channel -h host)")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		n := 0
+		for i, v := range views {
+			if *set[i] {
+				n++
+				line = v.line
+			}
+		}
+		if *dest != "" {
+			n++
+			ch, host, ok := strings.Cut(*dest, "/")
+			if !ok || ch == "" || host == "" || strings.ContainsAny(*dest, " \t") {
+				return usagef("mailq: -dest %q: want channel/host", *dest)
+			}
+			line = "SHOW THREAD " + ch + " " + host
+		}
+		if n > 1 {
+			return usagef("mailq: give one view at most")
+		}
+	} else if err := fs.Parse(args); err != nil {
 		return err
 	}
 	rest := fs.Args()
 	if len(rest) < spec.args[0] || (spec.args[1] >= 0 && len(rest) > spec.args[1]) {
 		fs.Usage()
-		return fmt.Errorf("%s: wrong number of arguments", name)
+		return usagef("%s: wrong number of arguments", name)
 	}
+	if line == "" {
+		line = spec.line(rest)
+	}
+	how := "control_socket of " + configPath(*path)
 	if *socket == "" {
-		cfg, err := config.Load(*path)
+		cfg, err := loadConfig(*path)
 		if err != nil {
 			return err
 		}
 		*socket = cfg.Scheduler.ControlSocket
-	}
-	line := spec.line(rest)
-	if jsonOut {
-		line = "SHOW QUEUE JSON"
+	} else {
+		how = "-socket"
 	}
 	c, err := control.Dial(*socket, *timeout)
 	if err != nil {
 		if errors.Is(err, control.ErrNotRunning) {
-			return fmt.Errorf("%s: the scheduler is not running (nothing listens on %s)", name, *socket)
+			return fmt.Errorf("%s: the scheduler is not running (nothing listens on %s, the %s)", name, *socket, how)
 		}
 		return fmt.Errorf("%s: %w", name, err)
 	}
@@ -106,6 +146,12 @@ func cmdOps(name string, args []string, stdout, stderr io.Writer) error {
 	}
 	if !rep.OK {
 		return fmt.Errorf("%s: %s", name, rep.Text)
+	}
+	if spec.failed != nil {
+		if why, failed := spec.failed(rest, rep); failed {
+			fmt.Fprintln(stdout, rep.Text)
+			return fmt.Errorf("%s: %s", name, why)
+		}
 	}
 	if rep.Multi {
 		for _, l := range rep.Lines {

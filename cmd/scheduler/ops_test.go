@@ -211,7 +211,7 @@ queueonly = true
 	b := strings.TrimSpace(must("enqueue", "smtp/b.test/v@b.test"))
 	waitFor(t, "both threads in mailq", func() bool {
 		out := must("mailq")
-		return strings.Contains(out, "    smtp/a.test/0\tN=1 R=1") && strings.Contains(out, "    smtp/b.test/0\tN=1 R=1")
+		return strings.Contains(out, "    smtp/a.test/0\t\tN=1   R=1") && strings.Contains(out, "    smtp/b.test/0\t\tN=1   R=1")
 	})
 	var q struct {
 		Rings []struct {
@@ -229,8 +229,8 @@ queueonly = true
 	if out := must("why", a); !strings.Contains(out, "\theld-thread\t") {
 		t.Fatalf("why after hold:\n%s", out)
 	}
-	if out := must("etrn", "a.test"); !strings.Contains(out, "didn't start anything") {
-		t.Fatalf("etrn of a held destination:\n%s", out)
+	if out, err := cli("etrn", "a.test"); err == nil || !strings.Contains(out, "didn't start anything") {
+		t.Fatalf("etrn of a held destination: %v\n%s", err, out)
 	}
 	must("release", "smtp/a.test")
 	if out := must("etrn", "a.test"); !strings.Contains(out, "OK; an ETRN started something.") {
@@ -259,7 +259,7 @@ queueonly = true
 		t.Fatal(err)
 	}
 	select {
-	case <-log.watch("configuration reloaded (SIGHUP)"):
+	case <-log.watch("configuration reloaded: by=SIGHUP"):
 	case <-time.After(10 * time.Second):
 		t.Fatalf("SIGHUP did not reload\n%s", tail(log.String(), 20))
 	}

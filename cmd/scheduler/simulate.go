@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -44,14 +43,14 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("simulate: unexpected argument %q", fs.Arg(0))
+		return usagef("simulate: unexpected argument %q", fs.Arg(0))
 	}
 	if *tracePath == "" {
 		fs.Usage()
-		return errors.New("simulate: -trace FILE is required")
+		return usagef("simulate: -trace FILE is required")
 	}
 	if len(configs) == 0 {
-		configs = configList{defaultConfig()}
+		configs = configList{configPath("")}
 	}
 	f, err := trace.ParseFormat(*format)
 	if err != nil {

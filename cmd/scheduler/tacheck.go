@@ -54,12 +54,11 @@ Exit status: 0 every case passed (or was skipped), 1 a case failed, 2 usage.
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
-		return flag.ErrHelp
+		return usagef("ta-check: no agent command (after --)")
 	}
 	modes, err := tacheck.ParseModes(*stdio)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return flag.ErrHelp
+		return usageError{err}
 	}
 	cfg := tacheck.Config{
 		Command:   fs.Args(),
@@ -73,8 +72,19 @@ Exit status: 0 every case passed (or was skipped), 1 a case failed, 2 usage.
 	if *only != "" {
 		cfg.Cases = strings.Split(*only, ",")
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var pass, fail, skip int
+	startFailed := ""
 	cfg.OnResult = func(r tacheck.Result) {
+		if pass+fail+skip == 0 && r.Verdict == tacheck.Fail && strings.HasPrefix(r.Why, "waiting for the first #hungry:") {
+			// An agent that never gets to its first #hungry fails every
+			// case the same way: one report, not one per case.
+			startFailed = r.Why
+			cancel()
+		}
 		fmt.Fprintf(stdout, "%s  %-10s  %-16s  ", r.Verdict, r.Stdio, r.Case)
 		switch r.Verdict {
 		case tacheck.Pass:
@@ -94,15 +104,16 @@ Exit status: 0 every case passed (or was skipped), 1 a case failed, 2 usage.
 			}
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	fmt.Fprintf(stdout, "zsched TA protocol %s conformance: %s (channel %s, host %s)\n",
 		tacheck.Version, strings.Join(fs.Args(), " "), *channel, *host)
 	if _, err := tacheck.Run(ctx, cfg); err != nil {
 		if errors.Is(err, tacheck.ErrConfig) {
 			fs.Usage()
-			fmt.Fprintln(stderr, err)
-			return flag.ErrHelp
+			return usageError{err}
+		}
+		if startFailed != "" {
+			fmt.Fprintf(stdout, "the agent did not start (%s): the other cases were not run\n", startFailed)
+			return fmt.Errorf("%w: the agent did not start", errChecksFailed)
 		}
 		return err
 	}
