@@ -29,6 +29,7 @@ import (
 var (
 	loadFull    = flag.Bool("load.full", false, "load test at full size: 1 000 000 recipients queued (issue 9)")
 	loadRcpts   = flag.Int("load.rcpts", 0, "load test: recipients queued (0: 50 000, or 1 000 000 with -load.full)")
+	loadJudge   = flag.Bool("load.judge", false, "load test: judge control latency also at the CI size (a quiet machine)")
 	loadLimit   = flag.Duration("load.limit", 0, "load test: longest measuring window (0: 40s, or 10m with -load.full)")
 	loadProfile = flag.String("load.cpuprofile", "", "load test: write the scheduler's CPU profile to `file`")
 	loadKeep    = flag.Bool("load.keep", false, "load test: keep the postoffice and the scheduler's log")
@@ -78,9 +79,11 @@ func loadHost(d int) string {
 // delivered. Over the drain after its first second (the agents starting),
 // the p99 of the mailq views taken together and of WHY must stay under
 // 100 ms plus the p99 of HELP, which the control server answers without
-// the scheduler's loop (the machine's share: this test runs on shared,
-// loaded CI machines); and the scheduler itself must log at most 1 % of
-// those commands as slow (≥ 100 ms waiting for and running on its loop).
+// the scheduler's loop (the machine's share); and the scheduler itself
+// must log at most 1 % of those commands as slow (≥ 100 ms waiting for
+// and running on its loop). Those latency limits are judged with
+// -load.full or -load.judge only: in CI (shared, loaded machines) the test
+// checks that every request is answered during the drain, not how fast.
 // The read phase's and the first second's figures are logged. The dead
 // destinations must show as dead, and the limited ones must have refused
 // sessions.
@@ -449,6 +452,18 @@ queueonly = %v
 	if inCore < int64(rcpts)*99/100 {
 		t.Errorf("%d recipients in core when the drain started, want the queue's %d", inCore, rcpts)
 	}
+	// Latency is judged only at full size (-load.full or -load.judge):
+	// CI machines are shared, and a wall-clock limit there measures the
+	// neighbours, not the scheduler. The CI form checks that every
+	// operator request was answered while the drain went on.
+	for _, k := range []string{"MAILQ", "WHY"} {
+		if n := len(drainStats[k]); n < 50 {
+			t.Errorf("%s: %d requests over the drain, too few to judge", k, n)
+		}
+	}
+	if !*loadFull && !*loadJudge {
+		return
+	}
 	// The scheduler's own share, exactly: at most 1 % of the drain's
 	// commands waited and ran 100 ms or more.
 	if slow*100 > commands {
@@ -456,9 +471,6 @@ queueonly = %v
 	}
 	// What the operator sees, less what the machine adds to any request.
 	for _, k := range []string{"MAILQ", "WHY"} {
-		if n := len(drainStats[k]); n < 50 {
-			t.Errorf("%s: %d requests over the drain, too few to judge", k, n)
-		}
 		if p := drainStats.quantile(k, 0.99); p > loadP99+margin {
 			t.Errorf("%s: p99 %s over the drain, want under %s + %s", k, p, loadP99, margin)
 		}
