@@ -116,10 +116,12 @@ func (c *Config) Errorf(i int, key, format string, args ...any) *Error {
 	return e
 }
 
-// selector is a clause's Select split and lowercased once.
+// selector is a clause's Select split, lowercased and compiled once: Match
+// runs for every new destination. A malformed half is nil and matches
+// nothing (Parse refuses such a clause; one built by hand may have it).
 type selector struct {
 	src           string
-	channel, host string
+	channel, host *Pattern
 }
 
 func newSelector(sel string) selector {
@@ -127,7 +129,14 @@ func newSelector(sel string) selector {
 	if !ok {
 		host = "*"
 	}
-	return selector{src: sel, channel: strings.ToLower(ch), host: strings.ToLower(host)}
+	s := selector{src: sel}
+	s.channel, _ = CompileGlob(strings.ToLower(ch))
+	s.host, _ = CompileGlob(strings.ToLower(host))
+	return s
+}
+
+func (s *selector) match(channel, host string) bool {
+	return s.channel != nil && s.host != nil && s.channel.Match(channel) && s.host.Match(host)
 }
 
 // Match returns the index of the first clause whose channel glob and host glob
@@ -138,15 +147,13 @@ func (c *Config) Match(channel, host string) (index int, ok bool) {
 	channel, host = strings.ToLower(channel), strings.ToLower(host)
 	for i := range c.Clauses {
 		if i < len(c.sel) && c.sel[i].src == c.Clauses[i].Select {
-			// Parse checked these patterns.
-			if globMatch(c.sel[i].channel, channel) && globMatch(c.sel[i].host, host) {
+			if c.sel[i].match(channel, host) {
 				return i, true
 			}
 			continue
 		}
 		// Clauses built or edited by hand after Parse.
-		s := newSelector(c.Clauses[i].Select)
-		if Glob(s.channel, channel) && Glob(s.host, host) {
+		if s := newSelector(c.Clauses[i].Select); s.match(channel, host) {
 			return i, true
 		}
 	}

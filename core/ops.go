@@ -930,22 +930,25 @@ func (s *Scheduler) Turn(now time.Time, name string) int {
 // channel means all its hosts. Queueonly threads stay waiting for ETRN.
 // It returns how many threads matched.
 func (s *Scheduler) Flush(now time.Time, sel string) (int, error) {
-	chPat, hostPat := "*", "*"
+	chSrc, hostSrc := "*", "*"
 	if sel = strings.TrimSpace(sel); sel != "" {
-		chPat, hostPat, _ = strings.Cut(sel, "/")
-		if hostPat == "" {
-			hostPat = "*"
+		chSrc, hostSrc, _ = strings.Cut(sel, "/")
+		if hostSrc == "" {
+			hostSrc = "*"
 		}
-		chPat, hostPat = strings.ToLower(chPat), strings.ToLower(hostPat)
-		for _, p := range []string{chPat, hostPat} {
-			if err := config.CheckGlob(p); err != nil {
-				return 0, fmt.Errorf("core: flush %q: %w", sel, err)
-			}
-		}
+	}
+	// Compiled once, matched in linear time against every thread.
+	chPat, err := config.CompileGlob(strings.ToLower(chSrc))
+	if err != nil {
+		return 0, fmt.Errorf("core: flush %q: %w", sel, err)
+	}
+	hostPat, err := config.CompileGlob(strings.ToLower(hostSrc))
+	if err != nil {
+		return 0, fmt.Errorf("core: flush %q: %w", sel, err)
 	}
 	var ts []*thread.Thread
 	for _, t := range s.threads {
-		if config.Glob(chPat, strings.ToLower(t.Channel)) && config.Glob(hostPat, t.Host) {
+		if chPat.Match(strings.ToLower(t.Channel)) && hostPat.Match(t.Host) {
 			ts = append(ts, t)
 		}
 	}
@@ -954,7 +957,7 @@ func (s *Scheduler) Flush(now time.Time, sel string) (int, error) {
 		s.makeDue(t, now)
 		s.touch(t, now)
 	}
-	s.flushThrottles(now, func(ch string) bool { return config.Glob(chPat, strings.ToLower(ch)) })
+	s.flushThrottles(now, func(ch string) bool { return chPat.Match(strings.ToLower(ch)) })
 	return len(ts), nil
 }
 
