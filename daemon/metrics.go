@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -35,6 +38,7 @@ type metrics struct {
 	byStatus map[string]prometheus.Counter
 	latency  prometheus.Histogram
 	srv      *http.Server
+	ln       *capListener
 	addr     net.Addr
 }
 
@@ -60,15 +64,120 @@ func (d *Daemon) startMetrics() (*metrics, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Timeout: 2 * scrapeWait}))
-	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.srv, m.ln = serveMetrics(ln, mux, d.log.Named("metrics"), metricsLimits())
 	m.addr = ln.Addr()
+	d.log.Info("metrics", "listen", m.addr.String(), "max_conns", m.ln.max)
+	return m, nil
+}
+
+// listenLimits bound what the metrics listener's clients can hold: a
+// client that connects and says nothing, trickles a request, never reads
+// the answer or keeps an idle connection open holds a descriptor, and
+// descriptors run out for the spool and the agents (issue 16: idle metrics
+// connections exhausted them and good mail was quarantined).
+type listenLimits struct {
+	maxConns   int           // connections open at once; one more is closed at once
+	readHeader time.Duration // from accepting a connection (or the next request's first byte) to the end of its header
+	read       time.Duration // the whole request, body included
+	write      time.Duration // from the end of the request header to the end of the answer
+	idle       time.Duration // a kept-alive connection between requests
+}
+
+// metricsLimits are the metrics listener's limits: a scrape waits for
+// the loop at most 2×scrapeWait (promhttp's Timeout) before it writes.
+func metricsLimits() listenLimits {
+	return listenLimits{
+		maxConns:   16,
+		readHeader: 5 * time.Second,
+		read:       10 * time.Second,
+		write:      2*scrapeWait + 5*time.Second,
+		idle:       time.Minute,
+	}
+}
+
+// serveMetrics serves h on ln within lim until the server is shut down. An
+// accept error such as EMFILE or ENFILE does not end it: net/http's Serve
+// backs off (5 ms doubling to 1 s) and accepts again, logging each retry
+// through log.
+func serveMetrics(ln net.Listener, h http.Handler, log hclog.Logger, lim listenLimits) (*http.Server, *capListener) {
+	cl := &capListener{Listener: ln, max: lim.maxConns, log: log}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: lim.readHeader,
+		ReadTimeout:       lim.read,
+		WriteTimeout:      lim.write,
+		IdleTimeout:       lim.idle,
+		ErrorLog:          log.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Warn}),
+	}
 	go func() {
-		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Error("metrics listener", "error", err)
+		if err := srv.Serve(cl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics listener", "error", err)
 		}
 	}()
-	d.log.Info("metrics", "listen", m.addr.String())
-	return m, nil
+	return srv, cl
+}
+
+// capListener hands out at most max connections at once. A connection
+// beyond that is closed as soon as it is accepted, so it holds a
+// descriptor for an instant only (a listener that stopped accepting would
+// leave scrapers hanging in the backlog instead of failing). Refusals are
+// logged once per minute at most, with their count.
+type capListener struct {
+	net.Listener
+	max int
+	log hclog.Logger
+
+	open         atomic.Int64
+	acceptErrors atomic.Int64 // accept calls that failed (EMFILE…), for tests
+
+	mu        sync.Mutex
+	refused   int // since the last log line
+	lastLog   time.Time
+	totalRefd int
+}
+
+// refuseLogEvery is how often refused connections are logged at most.
+const refuseLogEvery = time.Minute
+
+func (l *capListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			l.acceptErrors.Add(1)
+			return nil, err
+		}
+		if l.open.Add(1) <= int64(l.max) {
+			return &capConn{Conn: c, l: l}, nil
+		}
+		l.open.Add(-1)
+		c.Close()
+		l.refuse(c.RemoteAddr())
+	}
+}
+
+func (l *capListener) refuse(peer net.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refused++
+	l.totalRefd++
+	if now := time.Now(); now.Sub(l.lastLog) >= refuseLogEvery {
+		l.log.Warn("metrics connection refused: too many open", "max_conns", l.max, "peer", peer.String(),
+			"refused", l.refused, "refused_total", l.totalRefd)
+		l.lastLog, l.refused = now, 0
+	}
+}
+
+// capConn gives its slot back when it is closed, once.
+type capConn struct {
+	net.Conn
+	l    *capListener
+	once sync.Once
+}
+
+func (c *capConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.l.open.Add(-1) })
+	return err
 }
 
 // MetricsAddr returns the metrics listener's address, or "".
