@@ -29,6 +29,8 @@ type Scheduler struct {
 	StartupMaxRing       int      // agents per ring while the queue found at start is read; default 2; 0 = no limit
 	ShutdownTimeout      Duration // how long TERM waits for agents; default 10s
 	DelayWarningTime     Duration // a message still queued this long warns senders who asked for NOTIFY=DELAY; 0 = off (default, as Postfix)
+	LearnedMax           int      // destinations whose learned state is kept after their thread went away; default 20000; 0 = none
+	LearnedTTL           Duration // how long that state is kept; default 1h (a dead destination's at least until its retry time)
 }
 
 // Clause is one [[clause]] after the overlay: built-in defaults, then the file's

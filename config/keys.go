@@ -175,6 +175,8 @@ var schedulerTable = []key[Scheduler]{
 	{name: "startup_maxring", field: func(s *Scheduler) any { return &s.StartupMaxRing }, def: 2, lo: 0, hi: unbounded},
 	{name: "shutdown_timeout", field: func(s *Scheduler) any { return &s.ShutdownTimeout }, def: "10s"},
 	{name: "delay_warning_time", field: func(s *Scheduler) any { return &s.DelayWarningTime }},
+	{name: "learned_max", field: func(s *Scheduler) any { return &s.LearnedMax }, def: 20000, lo: 0, hi: unbounded},
+	{name: "learned_ttl", field: func(s *Scheduler) any { return &s.LearnedTTL }, def: "1h"},
 }
 
 // clauseTable is [defaults] and [[clause]]. Its rows fill a layer: the

@@ -9,13 +9,16 @@ import (
 	"zsched/thread"
 )
 
-// learnedFor is how long the core keeps what it learned about a
-// destination after its thread went away. Postfix forgets as soon as a
-// destination's queue empties; zsched keeps the window an hour, so that a
-// lull or a restart does not start over at the initial concurrency, while a
+// How long, and for how many destinations, the core keeps what it learned
+// after a destination's thread went away: learned_ttl (default 1h) and
+// learned_max (default 20 000) in [scheduler]. Postfix forgets as soon as a
+// destination's queue empties; zsched keeps the window, so that a lull or a
+// restart does not start over at the initial concurrency, while a
 // destination's capacity, which changes over a day, is still learned anew.
-// A dead destination is kept at least until its retry time.
-const learnedFor = time.Hour
+// A dead destination is kept at least until its retry time. The cap keeps a
+// stream of distinct destinations (240 000 grew the scheduler to 364 MB and
+// its state file to 12 MB) from growing memory and the state file without
+// bound: past it, the entry that would expire first is forgotten.
 
 // Destination is the learned state of one destination: its concurrency
 // window and feedback cycles, and, while it is dead, when it may be tried
@@ -30,23 +33,160 @@ type Destination struct {
 }
 
 // destinations holds the learned state of destinations that have no
-// thread: their queue emptied, or the state was loaded at start.
+// thread: their queue emptied, or the state was loaded at start. Entries
+// sit in a min-heap by (expires, channel, host), so that the TTL sweep and
+// the cap's eviction take the same, deterministic, order.
 type destinations struct {
-	learned map[[2]string]Destination
+	byKey map[[2]string]*learned
+	heap  []*learned
+}
+
+// learned is one entry; expires is when it goes stale (see stale).
+type learned struct {
+	d       Destination
+	expires time.Time
+	index   int // in destinations.heap
 }
 
 func (d Destination) key() [2]string { return [2]string{d.Channel, d.Host} }
 
+// expiry is the first instant at which d is stale under ttl: past
+// Updated+ttl (strictly) and not dead beyond it.
+func (d Destination) expiry(ttl time.Duration) time.Time {
+	e := d.Updated.Add(ttl + time.Nanosecond)
+	if d.DeadUntil.After(e) {
+		return d.DeadUntil
+	}
+	return e
+}
+
+func (s *Scheduler) learnedTTL() time.Duration { return s.cfg.Scheduler.LearnedTTL.D() }
+
 // stale reports whether d is too old to be worth restoring at now.
-func (d Destination) stale(now time.Time) bool {
-	return now.Sub(d.Updated) > learnedFor && !d.DeadUntil.After(now)
+func (s *Scheduler) stale(d Destination, now time.Time) bool {
+	return !now.Before(d.expiry(s.learnedTTL()))
+}
+
+func (l *learned) less(o *learned) bool {
+	if c := l.expires.Compare(o.expires); c != 0 {
+		return c < 0
+	}
+	return cmp.Or(cmp.Compare(l.d.Channel, o.d.Channel), cmp.Compare(l.d.Host, o.d.Host)) < 0
+}
+
+// put keeps d, replacing what was kept for its destination, then forgets
+// entries beyond max, those that would expire first.
+func (ds *destinations) put(d Destination, ttl time.Duration, max int) {
+	if ds.byKey == nil {
+		ds.byKey = make(map[[2]string]*learned)
+	}
+	if l, ok := ds.byKey[d.key()]; ok {
+		l.d, l.expires = d, d.expiry(ttl)
+		ds.fix(l.index)
+	} else {
+		l := &learned{d: d, expires: d.expiry(ttl), index: len(ds.heap)}
+		ds.byKey[d.key()] = l
+		ds.heap = append(ds.heap, l)
+		ds.up(l.index)
+	}
+	for len(ds.heap) > max {
+		ds.remove(ds.heap[0])
+	}
+}
+
+// take removes and returns what was kept for k.
+func (ds *destinations) take(k [2]string) (Destination, bool) {
+	l, ok := ds.byKey[k]
+	if !ok {
+		return Destination{}, false
+	}
+	ds.remove(l)
+	return l.d, true
+}
+
+// expire forgets every entry stale at now.
+func (ds *destinations) expire(now time.Time) {
+	for len(ds.heap) > 0 && !now.Before(ds.heap[0].expires) {
+		ds.remove(ds.heap[0])
+	}
+}
+
+// trim forgets entries beyond max (after a reload lowered learned_max).
+func (ds *destinations) trim(max int) {
+	for len(ds.heap) > max {
+		ds.remove(ds.heap[0])
+	}
+}
+
+func (ds *destinations) len() int { return len(ds.heap) }
+
+func (ds *destinations) remove(l *learned) {
+	i, last := l.index, len(ds.heap)-1
+	if i != last {
+		ds.swap(i, last)
+	}
+	ds.heap[last] = nil
+	ds.heap = ds.heap[:last]
+	delete(ds.byKey, l.d.key())
+	if i != last {
+		ds.fix(i)
+	}
+	if len(ds.heap) == 0 {
+		// Let a burst's memory go (maps never shrink).
+		ds.byKey, ds.heap = nil, nil
+	}
+}
+
+func (ds *destinations) swap(i, j int) {
+	ds.heap[i], ds.heap[j] = ds.heap[j], ds.heap[i]
+	ds.heap[i].index, ds.heap[j].index = i, j
+}
+
+func (ds *destinations) fix(i int) {
+	if !ds.down(i) {
+		ds.up(i)
+	}
+}
+
+func (ds *destinations) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !ds.heap[i].less(ds.heap[p]) {
+			return
+		}
+		ds.swap(i, p)
+		i = p
+	}
+}
+
+func (ds *destinations) down(i int) bool {
+	start := i
+	for {
+		c := 2*i + 1
+		if c >= len(ds.heap) {
+			break
+		}
+		if r := c + 1; r < len(ds.heap) && ds.heap[r].less(ds.heap[c]) {
+			c = r
+		}
+		if !ds.heap[c].less(ds.heap[i]) {
+			break
+		}
+		ds.swap(i, c)
+		i = c
+	}
+	return i > start
 }
 
 // Destinations returns the learned state of every destination that has
-// any, sorted by channel and host, and forgets state too old to keep.
+// any, sorted by channel and host, and forgets state too old to keep:
+// the threads in core (Updated is now) and the learned entries, at most
+// learned_max.
 func (s *Scheduler) Destinations(now time.Time) []Destination {
-	var ds []Destination
-	for _, t := range s.threads {
+	s.dests.expire(now)
+	s.dests.trim(s.cfg.Scheduler.LearnedMax)
+	ds := make([]Destination, 0, len(s.threads)+s.dests.len())
+	for _, t := range s.threads { // sorted below
 		if t.Window.Fresh() {
 			continue
 		}
@@ -56,12 +196,8 @@ func (s *Scheduler) Destinations(now time.Time) []Destination {
 		}
 		ds = append(ds, d)
 	}
-	for k, d := range s.dests.learned {
-		if d.stale(now) {
-			delete(s.dests.learned, k)
-			continue
-		}
-		ds = append(ds, d)
+	for _, l := range s.dests.heap {
+		ds = append(ds, l.d)
 	}
 	slices.SortFunc(ds, func(a, b Destination) int {
 		return cmp.Or(cmp.Compare(a.Channel, b.Channel), cmp.Compare(a.Host, b.Host))
@@ -76,7 +212,7 @@ func (s *Scheduler) Destinations(now time.Time) []Destination {
 func (s *Scheduler) Learn(now time.Time, ds []Destination) int {
 	n := 0
 	for _, d := range ds {
-		if d.stale(now) {
+		if s.stale(d, now) {
 			continue
 		}
 		d.Host = strings.ToLower(d.Host)
@@ -88,10 +224,7 @@ func (s *Scheduler) Learn(now time.Time, ds []Destination) int {
 				continue
 			}
 		}
-		if s.dests.learned == nil {
-			s.dests.learned = make(map[[2]string]Destination)
-		}
-		s.dests.learned[d.key()] = d
+		s.dests.put(d, s.learnedTTL(), s.cfg.Scheduler.LearnedMax)
 	}
 	return n
 }
@@ -100,9 +233,7 @@ func (s *Scheduler) Learn(now time.Time, ds []Destination) int {
 // does not look at the age of what it finds: Destinations, which the
 // daemon calls every half minute to save the state, forgets stale entries.
 func (s *Scheduler) recall(t *thread.Thread) {
-	k := [2]string{t.Channel, t.Host}
-	if d, ok := s.dests.learned[k]; ok {
-		delete(s.dests.learned, k)
+	if d, ok := s.dests.take([2]string{t.Channel, t.Host}); ok {
 		restore(t, d)
 	}
 }
@@ -125,8 +256,5 @@ func (s *Scheduler) remember(t *thread.Thread, now time.Time) {
 	if t.Window.Dead() {
 		d.DeadUntil = t.BackoffUntil
 	}
-	if s.dests.learned == nil {
-		s.dests.learned = make(map[[2]string]Destination)
-	}
-	s.dests.learned[d.key()] = d
+	s.dests.put(d, s.learnedTTL(), s.cfg.Scheduler.LearnedMax)
 }

@@ -3,9 +3,11 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,14 +51,16 @@ func TestStateRejectsForeignOrDamagedFiles(t *testing.T) {
 	for name, data := range map[string]string{
 		"empty":            "",
 		"foreign":          "smtp a.example 7 0 0 0 - 2026-03-01T12:00:00Z\n",
-		"other version":    strings.Replace(good, "v2", "v3", 1),
-		"v1 with v2 lines": strings.Replace(good, "v2", "v1", 1),
+		"other version":    strings.Replace(good, "v3", "v9", 1),
+		"v1 with v3 lines": strings.Replace(good, "v3", "v1", 1),
+		"v2 tombstone":     strings.Replace(good, "v3", "v2", 1) + "- smtp a.example\n",
+		"short tombstone":  good + "- smtp\n",
+		"truncated v2":     strings.Replace(good, "v3", "v2", 1)[:len(good)-9],
 		"bad ceiling":      good + "smtp b.example 3 0 0 0 - 2026-03-01T12:00:00Z x 0 -\n",
 		"short line":       good + "smtp b.example 3 0 0\n",
 		"bad window":       good + "smtp b.example -1 0 0 0 - 2026-03-01T12:00:00Z\n",
 		"NaN":              good + "smtp b.example 3 NaN 0 0 - 2026-03-01T12:00:00Z\n",
 		"bad time":         good + "smtp b.example 3 0 0 0 - yesterday\n",
-		"truncated":        good[:len(good)-9],
 	} {
 		if ds, err := parseDestinations([]byte(data)); err == nil {
 			t.Errorf("%s: accepted, got %+v", name, ds)
@@ -94,22 +98,143 @@ func TestStateSaveIsAtomicAndSkipsUnchanged(t *testing.T) {
 	if len(entries) != 1 {
 		t.Fatalf("state dir holds %d files after a save, want only destinations (no temp files)", len(entries))
 	}
-	// An unchanged state is not written again: the marker survives.
-	if err := os.WriteFile(s.path, []byte("marker"), 0o644); err != nil {
+	// An unchanged state is not written again: the old time stays.
+	old := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(s.path, old, old); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.save(sample()); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(s.path); string(b) != "marker" {
-		t.Fatal("unchanged state was rewritten")
+	if fi, _ := os.Stat(s.path); !fi.ModTime().Equal(old) {
+		t.Fatal("unchanged state was written")
 	}
 	ds := sample()[:1]
 	if err := s.save(ds); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.load(hclog.NewNullLogger()); !reflect.DeepEqual(got, ds) {
+	if got := newStateFileAt(s.path).load(hclog.NewNullLogger()); !reflect.DeepEqual(got, ds) {
 		t.Fatalf("after a changed save, load gives %+v", got)
+	}
+}
+
+func newStateFileAt(path string) *stateFile {
+	s := newStateFile(filepath.Dir(path))
+	return &s
+}
+
+// many returns n destinations in core (Updated is now), sorted.
+func many(n int, now time.Time) []core.Destination {
+	ds := make([]core.Destination, n)
+	for i := range ds {
+		ds[i] = core.Destination{Channel: "smtp", Host: fmt.Sprintf("h%06d.example", i),
+			Window: thread.WindowState{Concurrency: 5, Success: 0.25}, Updated: now}
+	}
+	return ds
+}
+
+// Issue 16.19: the whole state file was rewritten every 30 s (12 MB at
+// 240 000 destinations), since destinations in core carry the save's time.
+// Now a save appends only what changed; the same windows half a minute
+// later write nothing.
+func TestStateSaveAppendsOnlyChanges(t *testing.T) {
+	s := newStateFile(filepath.Join(t.TempDir(), "state"))
+	ds := many(1000, t0)
+	if err := s.save(ds); err != nil {
+		t.Fatal(err)
+	}
+	whole := mustRead(t, s.path)
+
+	// Half a minute on, nothing learned: nothing written.
+	later := many(1000, t0.Add(stateSaveEvery))
+	if err := s.save(later); err != nil {
+		t.Fatal(err)
+	}
+	if now := mustRead(t, s.path); !bytes.Equal(now, whole) {
+		t.Fatalf("a save with nothing learned wrote the file: %d bytes, was %d", len(now), len(whole))
+	}
+
+	// One window changed and one destination forgotten: two lines appended.
+	later[10].Window.Concurrency = 6
+	later = slices.Delete(later, 20, 21)
+	if err := s.save(later); err != nil {
+		t.Fatal(err)
+	}
+	now := mustRead(t, s.path)
+	if !bytes.HasPrefix(now, whole) {
+		t.Fatal("a save rewrote the file's earlier lines")
+	}
+	want := "smtp h000010.example 6 0.25 0 0 - 2026-03-01T12:00:30Z 0 0 -\n- smtp h000020.example\n"
+	if tail := string(now[len(whole):]); tail != want {
+		t.Fatalf("appended %q, want %q", tail, want)
+	}
+	if got := newStateFileAt(s.path).load(hclog.NewNullLogger()); len(got) != 999 || got[10].Window.Concurrency != 6 || got[19].Host != "h000019.example" || got[20].Host != "h000021.example" {
+		t.Fatalf("journal loads %d destinations, want 999 with h000010's new window and h000020 gone", len(got))
+	}
+
+	// A destination in core whose state never changes is written again
+	// every stateRefresh, so that its age at a restart stays true.
+	refreshed := slices.Clone(later)
+	for i := range refreshed {
+		refreshed[i].Updated = t0.Add(stateRefresh + stateSaveEvery)
+	}
+	if err := s.save(refreshed); err != nil {
+		t.Fatal(err)
+	}
+	if got := newStateFileAt(s.path).load(hclog.NewNullLogger()); !reflect.DeepEqual(got, refreshed) {
+		t.Fatal("after stateRefresh the journal does not carry the new updated times")
+	}
+}
+
+// The journal is rewritten whole once superseded lines outnumber live ones
+// (plus stateSlack): its size stays within a few times the live state's.
+func TestStateJournalCompacts(t *testing.T) {
+	s := newStateFile(filepath.Join(t.TempDir(), "state"))
+	ds := many(500, t0)
+	wholeSize := len(formatDestinations(ds))
+	maxSize := 0
+	for round := range 40 {
+		for i := range ds {
+			ds[i].Window.Concurrency = 1 + round%10
+		}
+		if err := s.save(ds); err != nil {
+			t.Fatal(err)
+		}
+		maxSize = max(maxSize, len(mustRead(t, s.path)))
+	}
+	line := wholeSize / len(ds)
+	if bound := 3*wholeSize + stateSlack*line; maxSize > bound {
+		t.Fatalf("journal grew to %d bytes, bound %d (whole state %d)", maxSize, bound, wholeSize)
+	}
+	if got := newStateFileAt(s.path).load(hclog.NewNullLogger()); !reflect.DeepEqual(got, ds) {
+		t.Fatal("compacted journal does not load the last state")
+	}
+}
+
+// A crash in the middle of an append leaves a torn last line: the lines
+// before it load, and the next save rewrites the file whole.
+func TestStateTornAppend(t *testing.T) {
+	s := newStateFile(filepath.Join(t.TempDir(), "state"))
+	ds := many(3, t0)
+	if err := s.save(ds); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("smtp h000001.example 9 0.25 0 0 - 2026-03-01T12:")
+	f.Close()
+	r := newStateFileAt(s.path)
+	if got := r.load(hclog.NewNullLogger()); !reflect.DeepEqual(got, ds) {
+		t.Fatalf("torn journal loads %+v, want the lines before the tear", got)
+	}
+	ds[1].Window.Concurrency = 4
+	if err := r.save(ds); err != nil {
+		t.Fatal(err)
+	}
+	if b := mustRead(t, s.path); !bytes.Equal(b, formatDestinations(ds)) {
+		t.Fatalf("after a torn append the next save does not rewrite the file:\n%s", b)
 	}
 }
 
