@@ -17,6 +17,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+
+	"zsched/internal/need"
 )
 
 // echoagent is the path of testdata/echoagent, built by TestMain.
@@ -821,9 +823,7 @@ func TestTerminalOnlyInPTYMode(t *testing.T) {
 }
 
 func TestCredentials(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to switch user")
-	}
+	need.Root(t) // to switch user
 	forModes(t, func(t *testing.T, mode Stdio) {
 		spec := echoSpec(t, mode, "ids")
 		spec.Dir = "/"

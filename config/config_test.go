@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"zsched/internal/need"
 )
 
 // head is a minimal valid prefix: the scheduler table and a command default.
@@ -662,10 +664,7 @@ func TestEnumsRoundTrip(t *testing.T) {
 
 // The scheduling core imports config; it must not pull in process or network code.
 func TestNoExecOrNet(t *testing.T) {
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not in PATH")
-	}
+	gobin := need.Program(t, "go")
 	out, err := exec.Command(gobin, "list", "-deps", ".").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)

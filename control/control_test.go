@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"zsched/internal/need"
 )
 
 // loop stands in for the scheduler's loop: it answers every request with
@@ -400,9 +402,7 @@ func TestAuthFileErrorsNameTheLine(t *testing.T) {
 // process. The socket is made world-writable for the test so that the
 // refusal comes from SO_PEERCRED, not from the file mode.
 func TestPeerCredentialsRefuseAnotherUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to start a client under another uid")
-	}
+	need.Root(t) // to start a client under another uid
 	dir, err := os.MkdirTemp("", "zsched-peer-")
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"zsched/internal/need"
 )
 
 const toolsDir = "/work/shared/tools"
@@ -32,9 +34,7 @@ func newSpool(t *testing.T, hash int) *Spool {
 // mkmsg runs zmailer-mkmsg.py into s and returns the control file's name.
 func mkmsg(t *testing.T, s *Spool, args ...string) string {
 	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
-	}
+	need.Program(t, "python3")
 	cmd := exec.Command("python3", append([]string{"-I", "-S", filepath.Join(toolsDir, "zmailer-mkmsg.py"), "--po", s.Root}, args...)...)
 	out, err := cmd.Output()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"zsched/internal/need"
 	"zsched/postfix"
 )
 
@@ -17,9 +18,7 @@ import (
 // and the window settles just above the server's limit. The full-size run
 // is "go run ./cmd/lab postfix".
 func TestPostfixLimiterShort(t *testing.T) {
-	if err := postfix.Available(); err != nil {
-		t.Skip(err)
-	}
+	need.Met(t, "the postfix package, as root", postfix.Available())
 	bin := filepath.Join(t.TempDir(), "smtp-ta")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/smtp-ta").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

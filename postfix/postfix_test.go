@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"zsched/internal/need"
 	"zsched/smtpclient"
 )
 
@@ -27,9 +28,7 @@ func dir(t *testing.T) string {
 
 func start(t *testing.T, cfg Config) *Instance {
 	t.Helper()
-	if err := Available(); err != nil {
-		t.Skip(err)
-	}
+	need.Met(t, "the postfix package, as root", Available())
 	cfg.Dir = dir(t)
 	in, err := Start(cfg)
 	if err != nil {
@@ -150,9 +149,8 @@ func TestTLS(t *testing.T) {
 }
 
 func TestSinkFailsChosenCommands(t *testing.T) {
-	if _, err := os.Stat(SmtpSinkPath); err != nil {
-		t.Skip("smtp-sink not installed")
-	}
+	_, err := os.Stat(SmtpSinkPath)
+	need.Met(t, "smtp-sink (the postfix package)", err)
 	s, err := StartSink(dir(t), 0, "-Q", "RCPT")
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"zsched/agent"
+	"zsched/internal/need"
 )
 
 // smtpSink is the smallest SMTP server an agent can deliver to: it accepts
@@ -111,9 +112,8 @@ func (s *smtpSink) count() int {
 func TestSMTPAgentConforms(t *testing.T) {
 	t.Parallel()
 	root := moduleRoot(t)
-	if _, err := os.Stat(filepath.Join(root, "cmd", "smtp-ta")); err != nil {
-		t.Skip("cmd/smtp-ta does not exist in this tree")
-	}
+	_, err := os.Stat(filepath.Join(root, "cmd", "smtp-ta"))
+	need.Met(t, "cmd/smtp-ta in this tree", err)
 	bin := filepath.Join(t.TempDir(), "smtp-ta")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/smtp-ta")
 	build.Dir = root

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"zsched/ctlfile"
+	"zsched/internal/need"
 	"zsched/internal/tinyfs"
 	"zsched/testagents"
 )
@@ -167,7 +168,7 @@ func TestDSNNotDuplicatedWhenMarkFails(t *testing.T) {
 	}
 	h.Close()
 	if out, err := exec.Command("chattr", "+i", ctl).CombinedOutput(); err != nil {
-		t.Skipf("cannot make the control file immutable (%v: %s)", err, bytes.TrimSpace(out))
+		need.Met(t, "chattr +i (root, a filesystem with the immutable flag)", fmt.Errorf("%w: %s", err, bytes.TrimSpace(out)))
 	}
 	t.Cleanup(func() { exec.Command("chattr", "-i", ctl).Run() })
 

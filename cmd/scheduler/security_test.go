@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"zsched/internal/need"
 )
 
 // TestAgentEnvironmentAndCredentials: an agent gets only its command's
@@ -26,9 +28,7 @@ func TestAgentEnvironmentAndCredentials(t *testing.T) {
 	creds, wantID := "", fmt.Sprintf("%d %d", os.Geteuid(), os.Getegid())
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("nobody")
-		if err != nil {
-			t.Skip("no user nobody to run an agent as")
-		}
+		need.Met(t, "a user nobody to run an agent as", err)
 		creds = "user = \"nobody\"\n"
 		// nobody must reach postoffice/transport, its working directory.
 		for _, d := range []string{filepath.Dir(p.dir), p.dir} {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"zsched/ctlfile"
+	"zsched/internal/need"
 	"zsched/postfix"
 	"zsched/report"
 )
@@ -201,9 +202,7 @@ maxring = 10
 	}
 
 	// The down destination's server comes up on its port.
-	if err := postfix.Available(); err != nil {
-		t.Skip(err)
-	}
+	need.Met(t, "the postfix package, as root", postfix.Available())
 	t0 = time.Now()
 	pf2, err := postfix.Start(postfix.Config{Dir: reachable(t), Port: downPort})
 	if err != nil {

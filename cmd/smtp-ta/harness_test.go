@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"zsched/ctlfile"
+	"zsched/internal/need"
 	"zsched/postfix"
 	"zsched/report"
 	"zsched/smtpclient"
@@ -80,9 +81,7 @@ func reachable(t *testing.T) string {
 
 func startPostfix(t *testing.T, cfg postfix.Config) *postfix.Instance {
 	t.Helper()
-	if err := postfix.Available(); err != nil {
-		t.Skip(err)
-	}
+	need.Met(t, "the postfix package, as root", postfix.Available())
 	cfg.Dir = reachable(t)
 	in, err := postfix.Start(cfg)
 	if err != nil {
@@ -98,9 +97,8 @@ func startPostfix(t *testing.T, cfg postfix.Config) *postfix.Instance {
 
 func startSink(t *testing.T, flags ...string) *postfix.Sink {
 	t.Helper()
-	if _, err := os.Stat(postfix.SmtpSinkPath); err != nil {
-		t.Skip("smtp-sink is not installed (apt-get install postfix)")
-	}
+	_, err := os.Stat(postfix.SmtpSinkPath)
+	need.Met(t, "smtp-sink (the postfix package)", err)
 	s, err := postfix.StartSink(reachable(t), 0, flags...)
 	if err != nil {
 		t.Fatal(err)

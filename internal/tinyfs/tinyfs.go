@@ -8,22 +8,22 @@ package tinyfs
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"os/exec"
 	"testing"
+
+	"zsched/internal/need"
 )
 
 // Mount mounts a tmpfs of size bytes at a new directory and returns it,
-// unmounting it when the test ends. It skips the test when it may not
-// mount one (not root, or no mount permission in this container).
+// unmounting it when the test ends. When it may not mount one (not root,
+// or no mount permission in this container) it skips the test, or fails
+// it under ZSCHED_CI=1 (package need).
 func Mount(t testing.TB, size int) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tiny tmpfs for ENOSPC")
-	}
+	need.Root(t) // to mount a tiny tmpfs for ENOSPC
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0755", size), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v: %s)", err, bytes.TrimSpace(out))
+		need.Met(t, "a tmpfs mount", fmt.Errorf("%w: %s", err, bytes.TrimSpace(out)))
 	}
 	t.Cleanup(func() {
 		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
