@@ -11,6 +11,11 @@
 // after each feedback event of the first pass — the value Postfix's
 // destination_concurrency_feedback_debug logs per delivery — averaged, with
 // its standard deviation.
+//
+// RunSoak is of another kind: issue 16's hostile battery (router-style
+// writers, misbehaving agents, hostile files, operator commands, SIGSTOP,
+// descriptor pressure) against a live scheduler, counting lost, duplicated
+// and stranded recipients; lab/soakagent is its transport agent.
 package lab
 
 import (

@@ -2,6 +2,7 @@
 //
 //	lab feedback [-real] [flags]   Postfix's active-limiter experiment (SCHEDULER_README)
 //	lab ceiling [-sim]             the learned concurrency ceiling beside Postfix's 1/N
+//	lab soak [-minutes N]          issue 16's hostile battery against a live scheduler
 //
 // Each subcommand is one function in its own file; add one by adding a case.
 package main
@@ -27,6 +28,8 @@ commands:
   simulate-validate
              scheduler simulate's predictions beside real runs: a recorded run, a knob
              changed, and a Postfix maillog (about 10 minutes)
+  soak       the hostile battery against a live scheduler for -minutes N, then a final
+             drain: prints lost, duplicated and stranded recipients
 `
 
 func main() {
@@ -54,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return clusterLab(args[1:], stdout, stderr)
 	case "simulate-validate":
 		return simulateValidate(args[1:], stdout, stderr)
+	case "soak":
+		return soak(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
