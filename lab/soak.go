@@ -72,11 +72,11 @@ type SoakResult struct {
 	Commands                 map[string]int // operator commands sent, by kind
 	Stops, Pressures         int
 	Restarts                 int   // the scheduler died during the battery and was started again
-	AgentStarts              int64 // agents the scheduler started (its counter; since the last restart)
+	AgentStarts              int64 // agents the scheduler started (its counter; since the last restart); -1 unknown
 	Leftover                 int   // agent processes alive after the scheduler stopped
 	BadFiles                 int   // files in bad/ at the end (quarantined), .why notes aside
 	MaxControl               time.Duration
-	Samples                  []string // WHY's first line for a few undelivered recipients still queued
+	Samples                  []string // a few undelivered messages: what WHY says, or where they went
 	DrainTime                time.Duration
 	Drained                  bool // every recipient was settled before the drain's limit
 	SchedulerExit, StopSlack string
@@ -245,6 +245,7 @@ func RunSoak(ctx context.Context, s Soak) (SoakResult, error) {
 		return r.res, err
 	}
 	r.drain(ctx)
+	r.stopScheduler() // before the counts are returned: it counts leftovers
 	return r.res, nil
 }
 
@@ -360,6 +361,9 @@ func (r *soakRun) watchScheduler() {
 		r.mu.Lock()
 		p := r.sched
 		r.mu.Unlock()
+		if p == nil {
+			return
+		}
 		<-p.done
 		r.mu.Lock()
 		battery := r.battery
@@ -381,6 +385,7 @@ func (r *soakRun) watchScheduler() {
 func (r *soakRun) stopScheduler() {
 	r.mu.Lock()
 	p := r.sched
+	r.sched = nil
 	r.mu.Unlock()
 	if p == nil {
 		return
@@ -946,6 +951,7 @@ func (r *soakRun) drain(ctx context.Context) {
 		time.Sleep(2 * time.Second)
 	}
 	r.res.DrainTime = time.Since(start)
+	r.res.AgentStarts = -1
 	if rep, err := c.do("SHOW QUEUE JSON"); err == nil && rep.OK {
 		var q daemon.Queue
 		if json.Unmarshal([]byte(strings.Join(rep.Lines, "\n")), &q) == nil {
@@ -978,6 +984,11 @@ func (r *soakRun) fate(c *client, m *soakMsg) msgFate {
 		b, err := os.ReadFile(p)
 		return err == nil && bytes.Contains(b, []byte(" "+m.users[0]+" "))
 	}
+	sample := func(s string) {
+		if len(r.res.Samples) < 8 {
+			r.res.Samples = append(r.res.Samples, m.name+": "+s)
+		}
+	}
 	switch {
 	case holds(filepath.Join(r.po, "transport", m.name)):
 		if c.gone {
@@ -986,11 +997,6 @@ func (r *soakRun) fate(c *client, m *soakMsg) msgFate {
 		rep, err := c.do("WHY " + m.name)
 		if err != nil {
 			c.gone = true // one timeout is enough: do not wait for each message
-		}
-		sample := func(s string) {
-			if len(r.res.Samples) < 5 {
-				r.res.Samples = append(r.res.Samples, m.name+": "+s)
-			}
 		}
 		switch {
 		case err != nil:
@@ -1005,8 +1011,10 @@ func (r *soakRun) fate(c *client, m *soakMsg) msgFate {
 		sample("WHY: " + rep.Text)
 		return fateStranded
 	case holds(filepath.Join(r.po, "bad", m.name)):
+		sample("quarantined: " + strings.Join(m.users, " "))
 		return fateQuarantined
 	}
+	sample("lost: " + strings.Join(m.users, " "))
 	return fateGone
 }
 
@@ -1027,8 +1035,12 @@ func (res SoakResult) Report(w io.Writer, s Soak) {
 	if !res.Drained {
 		drained = "stopped at its limit or after a minute without progress"
 	}
-	fmt.Fprintf(w, "final drain: %v (%s); agents started %d; scheduler restarts %d; longest control wait %v\n",
-		res.DrainTime.Round(time.Second), drained, res.AgentStarts, res.Restarts, res.MaxControl.Round(time.Millisecond))
+	starts := "unknown (no answer)"
+	if res.AgentStarts >= 0 {
+		starts = strconv.FormatInt(res.AgentStarts, 10)
+	}
+	fmt.Fprintf(w, "final drain: %v (%s); agents started %s; scheduler restarts %d; longest control wait %v\n",
+		res.DrainTime.Round(time.Second), drained, starts, res.Restarts, res.MaxControl.Round(time.Millisecond))
 	fmt.Fprintf(w, "delivered:   %d recipients\n", res.Delivered)
 	fmt.Fprintf(w, "lost:        %d\n", res.Lost)
 	fmt.Fprintf(w, "duplicated:  %d (%d extra deliveries)\n", res.Duplicated, res.Extra)
