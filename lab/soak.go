@@ -74,6 +74,7 @@ type SoakResult struct {
 	Restarts                 int   // the scheduler died during the battery and was started again
 	AgentStarts              int64 // agents the scheduler started (its counter; since the last restart); -1 unknown
 	Leftover                 int   // agent processes alive after the scheduler stopped
+	OrphanBodies             int   // bodies in queue/ without a control file, after the stop
 	BadFiles                 int   // files in bad/ at the end (quarantined), .why notes aside
 	MaxControl               time.Duration
 	Samples                  []string // a few undelivered messages: what WHY says, or where they went
@@ -246,7 +247,31 @@ func RunSoak(ctx context.Context, s Soak) (SoakResult, error) {
 	}
 	r.drain(ctx)
 	r.stopScheduler() // before the counts are returned: it counts leftovers
+	r.res.OrphanBodies = orphanBodies(r.po)
 	return r.res, nil
+}
+
+// orphanBodies counts message bodies in queue/ that no control file in
+// transport/ or bad/ names: debris of a message whose control file went
+// first (or was lost).
+func orphanBodies(po string) int {
+	ents, err := os.ReadDir(filepath.Join(po, "queue"))
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		name := e.Name()
+		if strings.TrimLeft(name, "0123456789") != "" {
+			continue
+		}
+		_, errT := os.Lstat(filepath.Join(po, "transport", name))
+		_, errB := os.Lstat(filepath.Join(po, "bad", name))
+		if errT != nil && errB != nil {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *soakRun) logf(format string, args ...any) {
@@ -1054,7 +1079,7 @@ func (res SoakResult) Report(w io.Writer, s Soak) {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
 	fmt.Fprintf(w, "decoys delivered: %d of %d\n", res.OddDelivered, res.OddQueued)
-	fmt.Fprintf(w, "agent processes left after the scheduler stopped: %d\n", res.Leftover)
+	fmt.Fprintf(w, "agent processes left after the scheduler stopped: %d; orphan bodies in queue/: %d\n", res.Leftover, res.OrphanBodies)
 	if res.StopSlack != "" {
 		fmt.Fprintf(w, "scheduler: %s\n", res.StopSlack)
 	}
