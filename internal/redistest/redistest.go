@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"zsched/internal/need"
 )
 
 // Program is Debian's redis-server (package redis-server; .ci/run installs
@@ -35,16 +37,10 @@ func Available() error {
 }
 
 // Require skips t when redis-server is missing, and fails it instead when
-// ZSCHED_CI=1: CI must run every test. (The one place this check lives
-// until the shared internal/need helper lands.)
+// ZSCHED_CI=1: CI must run every test (package need).
 func Require(t testing.TB) {
 	t.Helper()
-	if err := Available(); err != nil {
-		if os.Getenv("ZSCHED_CI") == "1" {
-			t.Fatalf("ZSCHED_CI=1: %v", err)
-		}
-		t.Skip(err)
-	}
+	need.Met(t, "redis-server", Available())
 }
 
 // Server is a running private redis-server.
