@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"zsched/internal/need"
 	"zsched/postfix"
 	"zsched/smtpclient"
 )
@@ -20,12 +21,7 @@ var writeSample = flag.Bool("trace.write", false, "TestPostfixMaillogLive: write
 // cannot run, and fails it in CI (ZSCHED_CI=1), which must run it.
 func needPostfix(t *testing.T) {
 	t.Helper()
-	if err := postfix.Available(); err != nil {
-		if os.Getenv("ZSCHED_CI") == "1" {
-			t.Fatalf("ZSCHED_CI=1 and %v", err)
-		}
-		t.Skip(err)
-	}
+	need.Met(t, "the postfix package, as root", postfix.Available())
 }
 
 // postfixDir returns a directory Postfix's unprivileged daemons can reach.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"zsched/config"
+	"zsched/internal/need"
 )
 
 // site is a good postoffice and agent program, which each case breaks in
@@ -113,11 +114,8 @@ var checkCases = []struct {
 func TestCheckTable(t *testing.T) {
 	for _, tc := range checkCases {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.root && os.Geteuid() != 0 {
-				if os.Getenv("ZSCHED_CI") == "1" {
-					t.Fatal("needs root, and ZSCHED_CI=1")
-				}
-				t.Skip("needs root")
+			if tc.root {
+				need.Root(t)
 			}
 			s := newSite(t)
 			c := s.config(t, tc.scheduler, tc.clause)
