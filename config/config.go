@@ -29,6 +29,7 @@ type Scheduler struct {
 	StartupMaxRing       int      // agents per ring while the queue found at start is read; default 2; 0 = no limit
 	ShutdownTimeout      Duration // how long TERM waits for agents; default 10s
 	DelayWarningTime     Duration // a message still queued this long warns senders who asked for NOTIFY=DELAY; 0 = off (default, as Postfix)
+	MaxControlSize       int      // largest control file read, bytes; a larger one is quarantined unread; default 64 MiB
 }
 
 // Clause is one [[clause]] after the overlay: built-in defaults, then the file's

@@ -175,6 +175,7 @@ var schedulerTable = []key[Scheduler]{
 	{name: "startup_maxring", field: func(s *Scheduler) any { return &s.StartupMaxRing }, def: 2, lo: 0, hi: unbounded},
 	{name: "shutdown_timeout", field: func(s *Scheduler) any { return &s.ShutdownTimeout }, def: "10s"},
 	{name: "delay_warning_time", field: func(s *Scheduler) any { return &s.DelayWarningTime }},
+	{name: "max_control_size", field: func(s *Scheduler) any { return &s.MaxControlSize }, def: 64 << 20, lo: 4096, hi: unbounded},
 }
 
 // clauseTable is [defaults] and [[clause]]. Its rows fill a layer: the

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,7 +21,7 @@ func (s *Spool) MarkDiags(rel string, offsets []int64) error {
 	if err := checkRel(rel); err != nil {
 		return err
 	}
-	fd, err := os.OpenFile(s.ctlPath(rel), os.O_RDWR, 0)
+	fd, err := openRegular(s.ctlPath(rel), os.O_RDWR)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%w: %s", ErrNotFound, rel)
@@ -59,7 +60,7 @@ func (s *Spool) AppendDiags(rel string, ds []Diag) error {
 	for _, d := range ds {
 		buf = append(buf, FormatDiag(d)...)
 	}
-	fd, err := os.OpenFile(s.ctlPath(rel), os.O_WRONLY|os.O_APPEND, 0)
+	fd, err := openRegular(s.ctlPath(rel), os.O_WRONLY|os.O_APPEND)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%w: %s", ErrNotFound, rel)
@@ -157,4 +158,26 @@ func undoShortWrite(fd, n, want int) error {
 		return fmt.Errorf("%w, torn line left at the end: %v", short, err)
 	}
 	return fmt.Errorf("%w, undone", short)
+}
+
+// openRegular opens the control file at path for the scheduler's writes
+// without waiting on what it finds there (O_NONBLOCK: a FIFO with no
+// reader fails at once, one with a reader opens) nor following a symbolic
+// link, and refuses anything but a regular file (ErrNotRegular): the
+// scheduler's loop makes these calls.
+func openRegular(path string, flag int) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s is a %s", ErrNotRegular, path, st.Mode().Type())
+	}
+	return f, nil
 }

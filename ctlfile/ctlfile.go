@@ -185,6 +185,10 @@ type File struct {
 	Diags      []Diag
 	Size       int64     // bytes parsed
 	Arrival    time.Time // mtime of the queue body; set by Spool.Read, zero after Parse
+	// Control and Body are the identities of the control file and the
+	// body as Spool.Read found them (zero after Parse, and Body without a
+	// body): Remove unlinks a name only while it leads to these.
+	Control, Body FileID
 }
 
 // SyntaxError is a malformed line.
@@ -207,6 +211,9 @@ var (
 	ErrLiveLock      = errors.New("ctlfile: recipient locked by a live process")
 	ErrNotFound      = errors.New("ctlfile: control file not found")
 	ErrBadPath       = errors.New("ctlfile: bad spool path")
+	ErrNotRegular    = errors.New("ctlfile: not a regular file")
+	ErrTooLarge      = errors.New("ctlfile: control file too large")
+	ErrChanged       = errors.New("ctlfile: no longer the file that was read")
 )
 
 // Group is the pending recipients of one (channel, host): one vertex.

@@ -11,10 +11,10 @@ import (
 	"path/filepath"
 )
 
-// Scan calls fn for every control file: regular files whose names start
-// with a digit, in transport/ and in its single-letter A–Z subdirectories
-// up to two levels. Dotfiles (temporary files) never start with a digit and
-// are skipped. rel is relative to transport/ ("12", "A/12", "A/B/12").
+// Scan calls fn for every control file: regular files with a control
+// file's name (all digits, or digits and "-etrn"), in transport/ and in
+// its single-letter A–Z subdirectories up to two levels. Other names —
+// dotfiles (temporary files), "12345.bak" — are skipped. rel is relative to transport/ ("12", "A/12", "A/B/12").
 // Subdirectories that vanish during the scan are ignored.
 func (s *Spool) Scan(fn func(rel string)) error {
 	sc := s.NewScanner()
@@ -102,7 +102,7 @@ func (sc *Scanner) Next(dst []string, n int) (_ []string, done bool, _ error) {
 		top.next++
 		name := e.Name()
 		switch {
-		case isDigit(name[0]):
+		case controlName(name):
 			if e.Type().IsRegular() {
 				dst = append(dst, top.prefix+name)
 				added++

@@ -43,13 +43,21 @@ type Spool struct {
 	// NoSync makes Enqueue skip its fsyncs: for bulk-generating benchmark
 	// queues only, since a machine crash may then lose queued mail.
 	NoSync bool
-
-	// hook, when set by a test, is called at each step of Enqueue with the
-	// step's name, to check what a crash at that instant would leave.
+	// hook, when set by a test, is called at each step of Enqueue and
+	// Remove with the step's name, to check what a crash (or another
+	// writer) at that instant would leave.
 	hook func(step string)
 
 	dirs atomic.Pointer[dirCache] // for Root; nil until first needed
+
+	maxControl atomic.Int64 // SetMaxControlSize; 0: DefaultMaxControlSize
 }
+
+// SetMaxControlSize sets the largest control file Read reads, in bytes
+// (0 or less: DefaultMaxControlSize). A larger one is malformed
+// (ErrTooLarge): it is quarantined unread, and memory stays bounded
+// whatever is queued. It may be called while other goroutines read.
+func (s *Spool) SetMaxControlSize(n int64) { s.maxControl.Store(n) }
 
 // cache returns the directory descriptors for the current Root.
 func (s *Spool) cache() *dirCache {
@@ -99,9 +107,10 @@ func (s *Spool) Init() error {
 	return nil
 }
 
-// checkRel accepts "N", "A/N" and "A/B/N" where the letters are A–Z and the
-// name starts with a digit: the only shapes ZMailer puts in transport/.
-// Anything else (absolute, "..", deeper) could reach outside the spool.
+// checkRel accepts "N", "A/N" and "A/B/N" where the letters are A–Z and N
+// is a control file's name (controlName): the only shapes ZMailer puts in
+// transport/. Anything else (absolute, "..", deeper) could reach outside
+// the spool, and "12345.bak" is not mail.
 func checkRel(rel string) error {
 	name := rel
 	for levels := 0; ; levels++ {
@@ -114,10 +123,36 @@ func checkRel(rel string) error {
 		}
 		name = name[i+1:]
 	}
-	if name == "" || !isDigit(name[0]) || strings.IndexByte(name, 0) >= 0 {
+	if !controlName(name) {
 		return fmt.Errorf("%w: %q", ErrBadPath, rel)
 	}
 	return nil
+}
+
+// IsControlPath reports whether rel (relative to transport/) names a
+// control file: "N", "A/N" or "A/B/N" with N a control file's name.
+func IsControlPath(rel string) bool { return checkRel(rel) == nil }
+
+// etrnSuffix ends the name of an ETRN request file ZMailer's smtpserver
+// drops into transport/ ("<inode>-etrn", zmailer-facts §6).
+const etrnSuffix = "-etrn"
+
+// controlName reports whether name is a control file's: all decimal
+// digits (ZMailer's router and Enqueue name a message after its body's
+// inode number), or digits and "-etrn" (an ETRN request). Anything else
+// that starts with a digit — "12345.bak", "12345.tmp", an editor's
+// "12345~" — is not mail, and is neither scanned nor read.
+func controlName(name string) bool {
+	digits := strings.TrimSuffix(name, etrnSuffix)
+	if digits == "" || len(digits) > 20 {
+		return false
+	}
+	for i := 0; i < len(digits); i++ {
+		if !isDigit(digits[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // bodyRel is the body id of the control file rel, relative to queue/: in

@@ -8,9 +8,13 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
+	"zsched/internal/rawsys"
+
+	"golang.org/x/sys/unix"
 )
 
 // SweepTemp removes the temporary files Enqueue leaves when it is killed
@@ -62,4 +66,186 @@ func (s *Spool) SweepTemp(cutoff time.Time) ([]string, error) {
 		d.Close()
 	}
 	return removed, errors.Join(errs...)
+}
+
+// SweepBodies removes the bodies in queue/ (and its A–Z hash directories)
+// that no control file will ever need: each only while its name still
+// leads to the file the sweep looked at. It returns the paths removed
+// (relative to the postoffice), and the files it could not remove, each
+// with its error.
+//
+//   - A body an interrupted Remove left under .rm.<name> is removed at once
+//     once transport/<dir>/<name> is gone (beside its control file it is
+//     Read's to move back).
+//   - A body <name> without transport/<dir>/<name> is debris once its
+//     status-change time (when it was written, or renamed into queue/) is
+//     before cutoff: a router writes the body first and its control file
+//     a moment later, so a younger one may be a message on its way. Nor is
+//     a body removed that a control file of another name refers to (its i
+//     line; neither ZMailer's router nor Enqueue writes one, but a control
+//     file may): when there is a candidate, every control file's head is
+//     read to find out.
+func (s *Spool) SweepBodies(cutoff time.Time) (removed []string, failed map[string]error, err error) {
+	type candidate struct {
+		rel     string // relative to queue/
+		id      FileID
+		pending bool // a .rm. name
+	}
+	var cands []candidate
+	var errs []error
+	c := s.cache()
+	err = walkHashed(s.QueueDir(), func(rel, name string, e fs.DirEntry) {
+		dir := rel[:len(rel)-len(name)]
+		pending := strings.HasPrefix(name, removing)
+		owner := name
+		if pending {
+			owner = name[len(removing):]
+		}
+		if !controlName(owner) || strings.HasSuffix(owner, etrnSuffix) || !e.Type().IsRegular() {
+			return
+		}
+		var ctl unix.Stat_t
+		if err := c.at(treeTransport, dir+owner, "stat", func(dirfd int, name string) error {
+			return rawsys.Fstatat(dirfd, name, &ctl)
+		}); !errors.Is(err, fs.ErrNotExist) {
+			return // its control file is there (or cannot be told)
+		}
+		full := filepath.Join(s.QueueDir(), filepath.FromSlash(rel))
+		var st unix.Stat_t
+		if err := unix.Lstat(full, &st); err != nil {
+			return
+		}
+		if !pending && !time.Unix(st.Ctim.Unix()).Before(cutoff) {
+			return
+		}
+		id, ok, err := c.identify(treeQueue, unix.AT_FDCWD, full, false, &st)
+		if err != nil || !ok {
+			return
+		}
+		cands = append(cands, candidate{rel: rel, id: id, pending: pending})
+	})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	var referred map[string]bool
+	for _, cd := range cands {
+		if !cd.pending {
+			if referred, err = s.bodiesReferred(); err != nil {
+				// Without knowing, nothing of the kind is removed.
+				return removed, failed, errors.Join(append(errs, err)...)
+			}
+			break
+		}
+	}
+	for _, cd := range cands {
+		if referred[cd.rel] {
+			continue
+		}
+		switch err := c.check(treeQueue, cd.rel, false, cd.id); {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			continue // another file has the name now: not debris of ours
+		}
+		if err := c.unlinkAt(treeQueue, cd.rel); err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				if failed == nil {
+					failed = map[string]error{}
+				}
+				failed[filepath.Join("queue", filepath.FromSlash(cd.rel))] = err
+			}
+			continue
+		}
+		removed = append(removed, filepath.Join("queue", filepath.FromSlash(cd.rel)))
+	}
+	return removed, failed, errors.Join(errs...)
+}
+
+// bodiesReferred reads the head of every control file and returns the
+// bodies (relative to queue/) those whose i line names a body of another
+// name refer to.
+func (s *Spool) bodiesReferred() (map[string]bool, error) {
+	referred := map[string]bool{}
+	sc := s.NewScanner()
+	defer sc.Close()
+	var batch []string
+	var head [4096]byte
+	for {
+		var done bool
+		var err error
+		batch, done, err = sc.Next(batch[:0], scanBatch)
+		for _, rel := range batch {
+			id, ok := s.bodyName(rel, head[:])
+			if ok && id != path.Base(rel) && checkID(id) == nil {
+				referred[bodyRel(rel, id)] = true
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			return referred, nil
+		}
+	}
+}
+
+// bodyName reads the i line of transport/rel from its first len(buf)
+// bytes (ZMailer's router writes it second, after '@').
+func (s *Spool) bodyName(rel string, buf []byte) (string, bool) {
+	fd, err := s.cache().openFile(treeTransport, rel, unix.O_RDONLY)
+	if err != nil {
+		return "", false
+	}
+	defer rawsys.Close(fd)
+	var st unix.Stat_t
+	if rawsys.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return "", false
+	}
+	n, err := rawsys.Pread(fd, buf, 0)
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(string(buf[:n]), "\n") {
+		if v, ok := strings.CutPrefix(line, "i "); ok {
+			return strings.TrimSpace(v), true
+		}
+	}
+	return "", false
+}
+
+// walkHashed calls fn for each entry of dir and of its A–Z subdirectories
+// (two levels), with its path relative to dir and its name; directories
+// are read a batch at a time. Subdirectories that vanish are skipped.
+func walkHashed(dir string, fn func(rel, name string, e fs.DirEntry)) error {
+	var walk func(full, prefix string, depth int) error
+	walk = func(full, prefix string, depth int) error {
+		d, err := os.Open(full)
+		if err != nil {
+			if depth > 0 && errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return fmt.Errorf("ctlfile: sweep: %w", err)
+		}
+		defer d.Close()
+		for {
+			ents, err := d.ReadDir(scanBatch)
+			for _, e := range ents {
+				name := e.Name()
+				if depth < 2 && hashLetter(name) && e.IsDir() {
+					if err := walk(filepath.Join(full, name), prefix+name+"/", depth+1); err != nil {
+						return err
+					}
+					continue
+				}
+				fn(prefix+name, name, e)
+			}
+			if err != nil {
+				if err == io.EOF {
+					return nil
+				}
+				return fmt.Errorf("ctlfile: sweep %s: %w", full, err)
+			}
+		}
+	}
+	return walk(dir, "", 0)
 }
