@@ -223,10 +223,10 @@ func (c *dirCache) at(tree int, rel, opName string, op func(dirfd int, rel strin
 // (handle.go); a huge control file's buffer is left to the collector.
 const maxPooledBuf = 64 << 10
 
-// sysErr is the errno inside err, for dirCache.at's operations.
+// sysErr is the errno inside err (rawsys.Open's *fs.PathError), for
+// dirCache.at's operations.
 func sysErr(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
+	if pe, ok := err.(*fs.PathError); ok {
 		return pe.Err
 	}
 	return err
@@ -269,17 +269,17 @@ func (c *dirCache) readControl(rel string, buf []byte, limit int64) ([]byte, con
 		return buf, cs, err
 	}
 	defer rawsys.Close(fd)
-	path := c.paths[treeTransport] + "/" + rel
+	path := func() string { return c.paths[treeTransport] + "/" + rel } // for errors only
 	var st unix.Stat_t
 	if err := rawsys.Fstat(fd, &st); err != nil {
-		return buf, cs, &fs.PathError{Op: "stat", Path: path, Err: err}
+		return buf, cs, &fs.PathError{Op: "stat", Path: path(), Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return buf, cs, fmt.Errorf("%w: %s is a %s", ErrNotRegular, path, fileType(st.Mode))
+		return buf, cs, fmt.Errorf("%w: %s is a %s", ErrNotRegular, path(), fileType(st.Mode))
 	}
 	cs.size, cs.changed = st.Size, time.Unix(st.Ctim.Unix())
 	if cs.id, _, err = c.identify(treeTransport, fd, "", false, &st); err != nil {
-		return buf, cs, &fs.PathError{Op: "identify", Path: path, Err: err}
+		return buf, cs, &fs.PathError{Op: "identify", Path: path(), Err: err}
 	}
 	if st.Size > limit {
 		return buf, cs, ErrTooLarge
@@ -293,7 +293,7 @@ func (c *dirCache) readControl(rel string, buf []byte, limit int64) ([]byte, con
 		if err == ErrTooLarge {
 			return buf, cs, err
 		}
-		return buf, cs, &fs.PathError{Op: "read", Path: path, Err: err}
+		return buf, cs, &fs.PathError{Op: "read", Path: path(), Err: err}
 	}
 	return buf, cs, nil
 }

@@ -95,7 +95,7 @@ func (s *Spool) Remove(m Files) error {
 	if err := c.unlinkAt(treeTransport, rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("ctlfile: remove %s: %w", rel, err)
 	}
-	s.step("remove-control-unlinked")
+	s.step("remove-between-unlinks")
 	if moved != "" {
 		if err := c.unlinkAt(treeQueue, moved); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("ctlfile: remove body of %s: %w", rel, err)
