@@ -79,7 +79,9 @@ func (d *Daemon) finishFiles(c core.Complete, files ctlfile.Files) {
 		removeLogged(d.log, d.noise, d.now(), c.Path, done, d.spool.Remove(files))
 		return
 	}
-	d.in.removing[c.Path] = false // until its files are gone: no scan reads it
+	if _, ok := d.in.removing[c.Path]; !ok {
+		d.in.removing[c.Path] = false // until its files are gone: no scan reads it
+	}
 	d.rm.remove(files)
 }
 

@@ -691,7 +691,7 @@ func (d *Daemon) admit(r fetched) {
 		return
 	}
 	a := arrival(rel, f)
-	refuseOverlong(&a, f)
+	refuseOverlong(&a)
 	if len(a.Groups) == 0 && len(a.Refused) == 0 {
 		// Nothing pending: a message completed before a restart.
 		d.finishFiles(core.Complete{Path: rel, ID: f.ID, Inum: f.Inum, Diags: hasPendingDiags(f), Bounce: f.IsBounce()},
@@ -941,7 +941,7 @@ const (
 // RFC 5321's limits from its groups to a.Refused: they fail at once, with
 // a d line and a DSN, instead of being fed to an agent on every retry
 // until expiry (a 1 MB host kills an agent that reads 64 KiB lines).
-func refuseOverlong(a *core.Arrival, f *ctlfile.File) {
+func refuseOverlong(a *core.Arrival) {
 	keep := a.Groups[:0]
 	for _, g := range a.Groups {
 		rs := g.Rcpts[:0]
