@@ -375,8 +375,7 @@ func TestControlNames(t *testing.T) {
 }
 
 // TestSweepBodies (issue 16, item 1): bodies without their control file
-// are removed once older than the cutoff, and at once when an interrupted
-// Remove left them under .rm.<name>; a body with its control file, a
+// are removed once older than the cutoff; a body with its control file, a
 // young one (a router between its two files), one a control file of
 // another name refers to, and other names stay.
 func TestSweepBodies(t *testing.T) {
@@ -392,27 +391,6 @@ func TestSweepBodies(t *testing.T) {
 	if err := os.Remove(s.ctlPath(orphan)); err != nil {
 		t.Fatal(err)
 	}
-	crashed, err := s.Enqueue(testMessage(1)) // a Remove killed after its rename
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := s.Read(crashed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.hook = func(step string) {
-		if step == "remove-body-moved" {
-			panic("crash")
-		}
-	}
-	func() {
-		defer func() { recover() }()
-		s.Remove(f.Files(crashed))
-	}()
-	s.hook = nil
-	if err := os.Remove(s.ctlPath(crashed)); err != nil { // as the crash left it, less the unlink
-		t.Fatal(err)
-	}
 	referred, err := s.Enqueue(testMessage(1)) // named by another control file's i line
 	if err != nil {
 		t.Fatal(err)
@@ -424,13 +402,10 @@ func TestSweepBodies(t *testing.T) {
 	}
 	writeFile(t, s.QueueDir(), ".new-1", []byte("an enqueue's")) // not a body's name
 
-	// Nothing is old yet: only the crashed removal's body goes.
+	// Nothing is old yet.
 	removed, failed, err := s.SweepBodies(time.Now().Add(-time.Hour))
-	if err != nil || len(failed) > 0 {
-		t.Fatal(err, failed)
-	}
-	if want := "[queue/" + path.Dir(crashed) + "/.rm." + path.Base(crashed) + "]"; fmt.Sprint(removed) != want {
-		t.Fatalf("young bodies: removed %v, want %s", removed, want)
+	if err != nil || len(failed) > 0 || len(removed) > 0 {
+		t.Fatalf("young bodies: removed %v, failed %v, %v", removed, failed, err)
 	}
 	// All old now.
 	removed, failed, err = s.SweepBodies(time.Now().Add(time.Hour))
@@ -448,35 +423,98 @@ func TestSweepBodies(t *testing.T) {
 	}
 }
 
-// TestReadGivesBackABodyMidRemove: a Remove killed after it moved the
-// body aside, before it unlinked the control file: the message is read
-// whole again (its body back under its name).
-func TestReadGivesBackABodyMidRemove(t *testing.T) {
+// TestFinishRemovals (issue 16, item 1): a Remove killed between its two
+// unlinks leaves a body without its control file; the removal log lets the
+// next start remove it at once — but not a body whose control file is
+// still there, nor one that is no longer the file read.
+func TestFinishRemovals(t *testing.T) {
 	s := newSpool(t, 2)
-	rel, err := s.Enqueue(testMessage(1))
+	var batch []Files
+	for range 3 {
+		rel, err := s.Enqueue(testMessage(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := s.Read(rel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, f.Files(rel))
+	}
+	log, err := s.OpenRemovalLog(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := s.Read(rel)
-	if err != nil {
+	if err := log.Begin(batch); err != nil {
 		t.Fatal(err)
 	}
+	// The first is killed between its unlinks; the second never started;
+	// the third's body was replaced (by a rename over it) meanwhile.
 	s.hook = func(step string) {
-		if step == "remove-body-moved" {
-			panic("crash")
+		if step == "remove-between-unlinks" {
+			panic("killed")
 		}
 	}
 	func() {
 		defer func() { recover() }()
-		s.Remove(f.Files(rel))
+		s.Remove(batch[0])
 	}()
 	s.hook = nil
-	g, err := s.Read(rel)
-	if err != nil {
-		t.Fatalf("Read after a Remove stopped midway: %v", err)
+	os.Remove(s.ctlPath(batch[2].Rel))
+	replaced := s.bodyPath(batch[2].Rel, batch[2].ID)
+	if err := os.WriteFile(replaced+".new", []byte("another"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if g.Body != f.Body || g.Arrival.IsZero() {
-		t.Errorf("body %v arrival %v, want %v back", g.Body, g.Arrival, f.Body)
+	if err := os.Rename(replaced+".new", replaced); err != nil {
+		t.Fatal(err)
+	}
+	log.Close()
+
+	removed, err := s.FinishRemovals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "[" + filepath.Join("queue", batch[0].Rel) + "]"; fmt.Sprint(removed) != want {
+		t.Fatalf("removed %v, want %s", removed, want)
+	}
+	if _, err := os.Stat(s.bodyPath(batch[1].Rel, batch[1].ID)); err != nil {
+		t.Errorf("the body of a message still queued: %v", err)
+	}
+	if _, err := os.Stat(replaced); err != nil {
+		t.Errorf("a body that is not the one read: %v", err)
+	}
+	if got := string(readFile(t, filepath.Join(s.StateDir(), "removing.0"))); got != "zsched removals 0000000\n" {
+		t.Errorf("the log after FinishRemovals: %q", got)
+	}
+	if removed, err := s.FinishRemovals(); err != nil || len(removed) > 0 {
+		t.Errorf("a second FinishRemovals: %v, %v", removed, err)
+	}
+}
+
+// TestRemovalLogEnd: a finished batch leaves nothing to finish, and a
+// shorter batch written over a longer one counts only its own entries.
+func TestRemovalLogEnd(t *testing.T) {
+	s := newSpool(t, 0)
+	log, err := s.OpenRemovalLog(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	long := []Files{{Rel: "1", ID: "1"}, {Rel: "2", ID: "2"}, {Rel: "3", ID: "3"}}
+	if err := log.Begin(long); err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Begin(long[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if got := parseRemovalLog(readFile(t, filepath.Join(s.StateDir(), "removing.1"))); len(got) != 1 || got[0].Rel != "1" {
+		t.Fatalf("entries %v, want only the last batch's", got)
+	}
+	if err := log.End(); err != nil {
+		t.Fatal(err)
+	}
+	if got := parseRemovalLog(readFile(t, filepath.Join(s.StateDir(), "removing.1"))); len(got) != 0 {
+		t.Fatalf("entries %v after End", got)
 	}
 }
 

@@ -5,7 +5,12 @@
 // them — locking an r line with '~' and a PID, marking its final status,
 // appending d lines — (Open, Handle), and the scheduler-side ones: reading
 // with stale-lock reset, quarantining malformed files, scanning, removing and
-// marking diagnostics (Spool). Spool.Enqueue writes new messages crash-safely
+// marking diagnostics (Spool). Files are named after inode numbers, which
+// the kernel reuses at once: the scheduler acts on a name only while it
+// leads to the file it read (FileID), and names messages to people by
+// queue ids that do not repeat (FileID.QueueID). Debris that interrupted
+// writers and removals leave is swept (SweepTemp, SweepBodies,
+// FinishRemovals). Spool.Enqueue writes new messages crash-safely
 // as ZMailer's router lays them out, so tests, benchmarks and the `scheduler
 // enqueue` command can feed the queue without a router.
 //

@@ -152,15 +152,12 @@ func (s *Spool) read(rel string, shared bool, brk *LockError) (*File, error) {
 	f.Control = ctl.id
 	if f.ID != "" {
 		mtime, body, err := c.statBody(bodyRel(rel, f.ID))
-		if errors.Is(err, fs.ErrNotExist) && c.unremove(bodyRel(rel, f.ID)) {
-			mtime, body, err = c.statBody(bodyRel(rel, f.ID))
-		}
 		switch {
 		case err == nil:
 			f.Arrival, f.Body = mtime, body
 		case errors.Is(err, fs.ErrNotExist) && f.settled():
-			// Remove was interrupted after the body (the order before
-			// the control file went first): nothing needs it.
+			// A Remove of the order before the control file went first,
+			// interrupted after the body: nothing needs it.
 		case errors.Is(err, fs.ErrNotExist):
 			return nil, &MalformedError{Rel: rel, Control: ctl.id,
 				Err: fmt.Errorf("%w: queue/%s for %s", ErrBodyMissing, path.Join(path.Dir(rel), f.ID), rel)}
@@ -192,12 +189,6 @@ func (s *Spool) read(rel string, shared bool, brk *LockError) (*File, error) {
 		}
 	}
 	return f, nil
-}
-
-// unremove gives the body rel its name back if a Remove interrupted by a
-// crash left it under .rm.<name> beside its control file.
-func (c *dirCache) unremove(rel string) bool {
-	return c.renameAt(treeQueue, removingName(rel), rel) == nil
 }
 
 // covers reports whether brk judged r's lock stale, and the file is as it

@@ -7,10 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"runtime"
-	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // Files names a message's two files and their identities as Read found
@@ -27,17 +23,12 @@ func (f *File) Files(rel string) Files {
 	return Files{Rel: rel, ID: f.ID, Control: f.Control, Body: f.Body}
 }
 
-// removing is the prefix of the name a body takes while Remove works on
-// it (.rm.<name>, in its directory): a name only Remove writes, so a body
-// left under it by a crash is known debris (SweepBodies), and a control
-// file left with it gets its body back (Read).
-const removing = ".rm."
-
 // Remove removes a completed message: its control file first, then its
 // body, as ZMailer does — and each only while its name still leads to the
 // file that was read (m.Control, m.Body; a zero FileID is not checked).
 // Missing files are not errors; a file that is no longer the one read is
-// left alone and reported (ErrChanged).
+// left alone and reported (ErrChanged). A control file found replaced
+// leaves the body alone too.
 //
 // The order is what keeps the names safe. A router names a message after
 // its body's inode, and the kernel hands a freed inode to the next new
@@ -46,15 +37,10 @@ const removing = ".rm."
 // the control file was still there, for a router to write its new control
 // file under that name and the remover to unlink it.
 //
-// Steps, five system calls: check the control file; check the body and
-// rename it to .rm.<name> (which frees no inode, and puts it under a name
-// no router writes); unlink the control file; unlink .rm.<name>. A crash
-// after the rename leaves the body under .rm.<name>: beside its control
-// file, Read moves it back; alone, SweepBodies removes it at the next
-// start. (Unlinking the body under its own name would leave, after a
-// crash between the two unlinks, a body no different from one a router
-// has written and not yet given its control file: debris only a grace
-// period could tell.)
+// Four system calls: check and unlink the control file, check and unlink
+// the body. A crash between the two unlinks leaves a body without its
+// control file, which is debris: a RemovalLog lets the next start remove
+// it at once, else SweepBodies does after its grace period.
 func (s *Spool) Remove(m Files) error {
 	rel := m.Rel
 	if err := checkRel(rel); err != nil {
@@ -72,42 +58,31 @@ func (s *Spool) Remove(m Files) error {
 		// may still be there.
 	case err != nil:
 		return fmt.Errorf("ctlfile: remove %s: %w", rel, err)
-	}
-	var moved string // the body's name while it is being removed
-	var bodyErr error
-	if m.ID != "" {
-		body := bodyRel(rel, m.ID)
-		switch err := c.check(treeQueue, body, true, m.Body); {
-		case errors.Is(err, fs.ErrNotExist):
-		case err != nil:
-			bodyErr = fmt.Errorf("ctlfile: remove body of %s: %w", rel, err)
-		default:
-			moved = removingName(body)
-			if err := c.renameAt(treeQueue, body, moved); err != nil {
-				if !errors.Is(err, fs.ErrNotExist) {
-					return fmt.Errorf("ctlfile: remove body of %s: %w", rel, err)
-				}
-				moved = ""
-			}
+	default:
+		if err := c.unlinkAt(treeTransport, rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("ctlfile: remove %s: %w", rel, err)
 		}
-	}
-	s.step("remove-body-moved")
-	if err := c.unlinkAt(treeTransport, rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("ctlfile: remove %s: %w", rel, err)
 	}
 	s.step("remove-between-unlinks")
-	if moved != "" {
-		if err := c.unlinkAt(treeQueue, moved); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("ctlfile: remove body of %s: %w", rel, err)
-		}
+	if m.ID == "" {
+		return nil
 	}
-	return bodyErr
+	return c.removeChecked(treeQueue, bodyRel(rel, m.ID), m.Body)
 }
 
-// removingName is the name the body rel takes while it is removed.
-func removingName(rel string) string {
-	dir := strings.LastIndexByte(rel, '/') + 1
-	return rel[:dir] + removing + rel[dir:]
+// removeChecked unlinks the file rel of tree if it is still want (or want
+// is not known); a missing file is no error.
+func (c *dirCache) removeChecked(tree int, rel string, want FileID) error {
+	switch err := c.check(tree, rel, true, want); {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("ctlfile: remove %s: %w", rel, err)
+	}
+	if err := c.unlinkAt(tree, rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("ctlfile: remove %s/%s: %w", path.Base(c.paths[tree]), rel, err)
+	}
+	return nil
 }
 
 // check returns nil if the file rel of tree is still want (or want is
@@ -128,21 +103,6 @@ func (c *dirCache) check(tree int, rel string, follow bool, want FileID) error {
 	}
 	if !same {
 		return fmt.Errorf("%w: %s/%s", ErrChanged, path.Base(c.paths[tree]), rel)
-	}
-	return nil
-}
-
-// renameAt renames the file from to to, both relative to tree.
-func (c *dirCache) renameAt(tree int, from, to string) error {
-	fd, ok := c.dirFD(tree)
-	dirfd, f, t := fd, from, to
-	if !ok {
-		dirfd, f, t = unix.AT_FDCWD, c.paths[tree]+"/"+from, c.paths[tree]+"/"+to
-	}
-	err := ignoringEINTR(func() error { return unix.Renameat(dirfd, f, dirfd, t) })
-	runtime.KeepAlive(c)
-	if err != nil {
-		return &fs.PathError{Op: "rename", Path: c.paths[tree] + "/" + from, Err: err}
 	}
 	return nil
 }

@@ -69,73 +69,55 @@ func (s *Spool) SweepTemp(cutoff time.Time) ([]string, error) {
 }
 
 // SweepBodies removes the bodies in queue/ (and its A–Z hash directories)
-// that no control file will ever need: each only while its name still
-// leads to the file the sweep looked at. It returns the paths removed
-// (relative to the postoffice), and the files it could not remove, each
-// with its error.
-//
-//   - A body an interrupted Remove left under .rm.<name> is removed at once
-//     once transport/<dir>/<name> is gone (beside its control file it is
-//     Read's to move back).
-//   - A body <name> without transport/<dir>/<name> is debris once its
-//     status-change time (when it was written, or renamed into queue/) is
-//     before cutoff: a router writes the body first and its control file
-//     a moment later, so a younger one may be a message on its way. Nor is
-//     a body removed that a control file of another name refers to (its i
-//     line; neither ZMailer's router nor Enqueue writes one, but a control
-//     file may): when there is a candidate, every control file's head is
-//     read to find out.
+// without their control file (transport/<dir>/<name>) whose status-change
+// time — when they were written, or renamed into queue/ — is before
+// cutoff: a router writes the body first and its control file a moment
+// later, so a younger one may be a message on its way. A body that a
+// control file of another name refers to (its i line) stays: neither
+// ZMailer's router nor Enqueue writes one, but a control file may, so
+// when there is a candidate every control file's head is read to find
+// out. Each body is removed only while its name still leads to the file
+// the sweep looked at. It returns the paths removed (relative to the
+// postoffice), and the files it could not remove, each with its error.
 func (s *Spool) SweepBodies(cutoff time.Time) (removed []string, failed map[string]error, err error) {
 	type candidate struct {
-		rel     string // relative to queue/
-		id      FileID
-		pending bool // a .rm. name
+		rel string // relative to queue/
+		id  FileID
 	}
 	var cands []candidate
 	var errs []error
 	c := s.cache()
 	err = walkHashed(s.QueueDir(), func(rel, name string, e fs.DirEntry) {
-		dir := rel[:len(rel)-len(name)]
-		pending := strings.HasPrefix(name, removing)
-		owner := name
-		if pending {
-			owner = name[len(removing):]
-		}
-		if !controlName(owner) || strings.HasSuffix(owner, etrnSuffix) || !e.Type().IsRegular() {
+		if !controlName(name) || strings.HasSuffix(name, etrnSuffix) || !e.Type().IsRegular() {
 			return
 		}
 		var ctl unix.Stat_t
-		if err := c.at(treeTransport, dir+owner, "stat", func(dirfd int, name string) error {
+		if err := c.at(treeTransport, rel, "stat", func(dirfd int, name string) error {
 			return rawsys.Fstatat(dirfd, name, &ctl)
 		}); !errors.Is(err, fs.ErrNotExist) {
 			return // its control file is there (or cannot be told)
 		}
 		full := filepath.Join(s.QueueDir(), filepath.FromSlash(rel))
 		var st unix.Stat_t
-		if err := unix.Lstat(full, &st); err != nil {
-			return
-		}
-		if !pending && !time.Unix(st.Ctim.Unix()).Before(cutoff) {
+		if err := unix.Lstat(full, &st); err != nil || !time.Unix(st.Ctim.Unix()).Before(cutoff) {
 			return
 		}
 		id, ok, err := c.identify(treeQueue, unix.AT_FDCWD, full, false, &st)
 		if err != nil || !ok {
 			return
 		}
-		cands = append(cands, candidate{rel: rel, id: id, pending: pending})
+		cands = append(cands, candidate{rel: rel, id: id})
 	})
 	if err != nil {
 		errs = append(errs, err)
 	}
-	var referred map[string]bool
-	for _, cd := range cands {
-		if !cd.pending {
-			if referred, err = s.bodiesReferred(); err != nil {
-				// Without knowing, nothing of the kind is removed.
-				return removed, failed, errors.Join(append(errs, err)...)
-			}
-			break
-		}
+	if len(cands) == 0 {
+		return nil, nil, errors.Join(errs...)
+	}
+	referred, err := s.bodiesReferred()
+	if err != nil {
+		// Without knowing, nothing is removed.
+		return nil, nil, errors.Join(append(errs, err)...)
 	}
 	for _, cd := range cands {
 		if referred[cd.rel] {
@@ -147,16 +129,17 @@ func (s *Spool) SweepBodies(cutoff time.Time) (removed []string, failed map[stri
 		case err != nil:
 			continue // another file has the name now: not debris of ours
 		}
+		p := filepath.Join("queue", filepath.FromSlash(cd.rel))
 		if err := c.unlinkAt(treeQueue, cd.rel); err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				if failed == nil {
 					failed = map[string]error{}
 				}
-				failed[filepath.Join("queue", filepath.FromSlash(cd.rel))] = err
+				failed[p] = err
 			}
 			continue
 		}
-		removed = append(removed, filepath.Join("queue", filepath.FromSlash(cd.rel)))
+		removed = append(removed, p)
 	}
 	return removed, failed, errors.Join(errs...)
 }

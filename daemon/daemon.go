@@ -183,6 +183,15 @@ func (d *Daemon) Core() *core.Scheduler { return d.core }
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.close()
 	defer d.saveState() // after shutdown: the agents' last reports count
+	// What a stop interrupted between a message's two unlinks, before the
+	// remover's logs take new batches.
+	removed, err := d.spool.FinishRemovals()
+	for _, p := range removed {
+		d.log.Info("removed the body of a message whose removal a stop interrupted", "file", p)
+	}
+	if err != nil {
+		d.log.Warn("finishing interrupted removals", "error", err)
+	}
 	d.rm = newRemover(d.spool, d.log, d.now, d.noise)
 	// First: a drain removes the files of the last completions too.
 	defer func() { d.rm.close(d.opt.Drain) }()

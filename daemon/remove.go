@@ -19,6 +19,11 @@ import (
 // files are gone, so that a scan in between cannot read the finished file
 // as a new arrival. Run's goroutine learns of removals through done.
 //
+// Each worker records the batch it removes in a removal log of its own
+// (ctlfile.RemovalLog: two small writes a batch), so that a stop between a
+// message's two unlinks leaves no body the next start cannot remove at
+// once (Run: ctlfile.Spool.FinishRemovals).
+//
 // A file that cannot be removed is logged once, then once an hour with
 // how many times it failed meanwhile (rateLog): the next scan finds a
 // control file that could not be removed and completes it again, and the
@@ -109,19 +114,28 @@ const removeWorkers = 4
 func (r *remover) run() {
 	defer close(r.exit)
 	var wg sync.WaitGroup
-	for range removeWorkers {
+	for w := range removeWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.work()
+			log, err := r.spool.OpenRemovalLog(w)
+			if err != nil {
+				// Without it a stop between two unlinks leaves a body
+				// for the hourly sweep.
+				r.log.Warn("removing without a removal log", "error", err)
+				log = nil
+			} else {
+				defer log.Close()
+			}
+			r.work(log)
 		}()
 	}
 	wg.Wait()
 }
 
 // work takes batches of removals until the remover is closed and its
-// queue empty.
-func (r *remover) work() {
+// queue empty, recording each in log (if not nil).
+func (r *remover) work(log *ctlfile.RemovalLog) {
 	for {
 		r.mu.Lock()
 		n := min(len(r.queue), removeBatch)
@@ -139,10 +153,20 @@ func (r *remover) work() {
 			<-r.wake // closed by close: closed is then already set
 			continue
 		}
+		if log != nil {
+			if err := log.Begin(batch); err != nil {
+				r.log.Warn("cannot record removals", "error", err)
+			}
+		}
 		names := make([]string, 0, len(batch))
 		for _, m := range batch {
 			removeLogged(r.log, r.noise, r.now(), m.Rel, "complete", r.rm(m))
 			names = append(names, m.Rel)
+		}
+		if log != nil {
+			if err := log.End(); err != nil {
+				r.log.Warn("cannot record removals", "error", err)
+			}
 		}
 		r.mu.Lock()
 		r.removed = append(r.removed, names...)

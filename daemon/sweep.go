@@ -11,13 +11,13 @@ import (
 //
 //   - temporary files an enqueue killed midway left (queue/.new-*,
 //     transport/.N.tmp), once older than debrisAge;
-//   - bodies no control file refers to: one an interrupted removal left
-//     under .rm.N, at once; one of its own name without its control file
-//     — a router that died between the two, a removal from before the
-//     control file went first, an operator's rm — once debrisAge has
-//     passed since it was written into queue/ (its status-change time): a
-//     router writes the body first and the control file a moment later,
-//     so a younger one may be a message on its way.
+//   - bodies without their control file — a router that died between the
+//     two, a removal a machine crash interrupted, an operator's rm — once
+//     debrisAge has passed since they were written into queue/ (their
+//     status-change time): a router writes the body first and the control
+//     file a moment later, so a younger one may be a message on its way.
+//     (A removal a stop or SIGKILL interrupted is finished at once, from
+//     the remover's logs: Run, remove.go.)
 //
 // debrisAge and debrisEvery are constants: no router takes an hour
 // between a message's two files, and debris costs only disk space.
