@@ -31,6 +31,7 @@ type Scheduler struct {
 	DelayWarningTime     Duration // a message still queued this long warns senders who asked for NOTIFY=DELAY; 0 = off (default, as Postfix)
 	LearnedMax           int      // destinations whose learned state is kept after their thread went away; default 20000; 0 = none
 	LearnedTTL           Duration // how long that state is kept; default 1h (a dead destination's at least until its retry time)
+	MaxControlSize       int      // largest control file read, bytes; a larger one is quarantined unread; default 64 MiB
 }
 
 // Clause is one [[clause]] after the overlay: built-in defaults, then the file's

@@ -177,6 +177,7 @@ var schedulerTable = []key[Scheduler]{
 	{name: "delay_warning_time", field: func(s *Scheduler) any { return &s.DelayWarningTime }},
 	{name: "learned_max", field: func(s *Scheduler) any { return &s.LearnedMax }, def: 20000, lo: 0, hi: unbounded},
 	{name: "learned_ttl", field: func(s *Scheduler) any { return &s.LearnedTTL }, def: "1h"},
+	{name: "max_control_size", field: func(s *Scheduler) any { return &s.MaxControlSize }, def: 64 << 20, lo: 4096, hi: unbounded},
 }
 
 // clauseTable is [defaults] and [[clause]]. Its rows fill a layer: the

@@ -23,6 +23,8 @@ type Arrival struct {
 	// (an agent appended one and died before reporting).
 	Diags  bool
 	Groups []Group
+	// Refused are recipients failed at once, not scheduled (refuse.go).
+	Refused []Refusal
 }
 
 // Group is the pending recipients of one (channel, host).

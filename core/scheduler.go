@@ -294,6 +294,9 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 	if s.nextExpiry.IsZero() {
 		s.nextExpiry = now.Add(s.expiryEvery())
 	}
+	for _, r := range a.Refused {
+		s.refuse(m, r, now)
+	}
 	for _, g := range a.Groups {
 		if len(g.Rcpts) == 0 {
 			continue

@@ -5,7 +5,12 @@
 // them — locking an r line with '~' and a PID, marking its final status,
 // appending d lines — (Open, Handle), and the scheduler-side ones: reading
 // with stale-lock reset, quarantining malformed files, scanning, removing and
-// marking diagnostics (Spool). Spool.Enqueue writes new messages crash-safely
+// marking diagnostics (Spool). Files are named after inode numbers, which
+// the kernel reuses at once: the scheduler acts on a name only while it
+// leads to the file it read (FileID), and names messages to people by
+// queue ids that do not repeat (FileID.QueueID). Debris that interrupted
+// writers and removals leave is swept (SweepTemp, SweepBodies,
+// FinishRemovals). Spool.Enqueue writes new messages crash-safely
 // as ZMailer's router lays them out, so tests, benchmarks and the `scheduler
 // enqueue` command can feed the queue without a router.
 //
@@ -185,6 +190,10 @@ type File struct {
 	Diags      []Diag
 	Size       int64     // bytes parsed
 	Arrival    time.Time // mtime of the queue body; set by Spool.Read, zero after Parse
+	// Control and Body are the identities of the control file and the
+	// body as Spool.Read found them (zero after Parse, and Body without a
+	// body): Remove unlinks a name only while it leads to these.
+	Control, Body FileID
 }
 
 // SyntaxError is a malformed line.
@@ -207,6 +216,9 @@ var (
 	ErrLiveLock      = errors.New("ctlfile: recipient locked by a live process")
 	ErrNotFound      = errors.New("ctlfile: control file not found")
 	ErrBadPath       = errors.New("ctlfile: bad spool path")
+	ErrNotRegular    = errors.New("ctlfile: not a regular file")
+	ErrTooLarge      = errors.New("ctlfile: control file too large")
+	ErrChanged       = errors.New("ctlfile: no longer the file that was read")
 )
 
 // Group is the pending recipients of one (channel, host): one vertex.

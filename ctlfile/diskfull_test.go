@@ -34,7 +34,7 @@ func TestAppendOnFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := len(readFile(t, s.ctlPath(rel)))
-	if err := s.Remove(rel, filepath.Base(rel)); err != nil {
+	if err := s.Remove(Files{Rel: rel, ID: filepath.Base(rel)}); err != nil {
 		t.Fatal(err)
 	}
 	m.Header = []byte("X-Pad: " + string(bytes.Repeat([]byte{'x'}, 4096-20-n-len("X-Pad: \n"))) + "\n")

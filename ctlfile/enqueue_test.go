@@ -119,7 +119,7 @@ func TestEnqueueRoundTrip(t *testing.T) {
 				t.Errorf("Scan found %v, enqueued %v", found, rels)
 			}
 			for _, rel := range rels {
-				if err := s.Remove(rel, path.Base(rel)); err != nil {
+				if err := s.Remove(Files{Rel: rel, ID: path.Base(rel)}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -315,18 +315,24 @@ func TestHelperEnqueueLoop(t *testing.T) {
 	}
 }
 
-func TestQuarantineEnqueuedKeepsBody(t *testing.T) {
+// TestQuarantineEnqueuedTakesBody: the body goes into bad/ with its
+// control file (issue 16, item 2: it stayed in queue/).
+func TestQuarantineEnqueuedTakesBody(t *testing.T) {
 	s := newSpool(t, 2)
 	rel, err := s.Enqueue(testMessage(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Quarantine(rel, errors.New("operator said so")); err != nil {
+	body := readFile(t, s.bodyPath(rel, path.Base(rel)))
+	if err := s.Quarantine(rel, FileID{}, errors.New("operator said so")); err != nil {
 		t.Fatal(err)
 	}
 	name := path.Base(rel)
-	if _, err := os.Stat(s.bodyPath(rel, name)); err != nil {
-		t.Errorf("body gone: %v", err)
+	if _, err := os.Stat(s.bodyPath(rel, name)); !os.IsNotExist(err) {
+		t.Errorf("body still in queue/: %v", err)
+	}
+	if got := readFile(t, filepath.Join(s.BadDir(), name+".body")); !bytes.Equal(got, body) {
+		t.Errorf("bad/%s.body = %q, want the body %q", name, got, body)
 	}
 	if _, err := os.Stat(filepath.Join(s.BadDir(), name)); err != nil {
 		t.Errorf("no bad/%s: %v", name, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -88,7 +89,7 @@ func (h *Handle) open(dirfd int, name string) error {
 		return fmt.Errorf("ctlfile: %w", err)
 	}
 	bp := readBufs.Get().(*[]byte)
-	data, err := readRaw(fd, (*bp)[:0])
+	data, err := readRaw(fd, (*bp)[:0], math.MaxInt64)
 	if err != nil {
 		readBufs.Put(bp)
 		rawsys.Close(fd)

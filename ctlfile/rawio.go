@@ -2,6 +2,7 @@ package ctlfile
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"path/filepath"
@@ -42,7 +43,9 @@ func ignoringEINTR(fn func() error) error {
 // asked is the end: on a regular file that only happens at end of file,
 // which is also what ZMailer's ctlopen relies on (one read of st_size
 // bytes), and it saves the second read that would return 0.
-func readRaw(fd int, buf []byte) ([]byte, error) {
+//
+// Past limit bytes it stops with ErrTooLarge.
+func readRaw(fd int, buf []byte, limit int64) ([]byte, error) {
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)] // grow
@@ -52,6 +55,9 @@ func readRaw(fd int, buf []byte) ([]byte, error) {
 			return nil, err
 		}
 		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return buf, ErrTooLarge
+		}
 		if n == 0 || len(buf) < cap(buf) {
 			return buf, nil
 		}
@@ -120,6 +126,9 @@ type dirCache struct {
 // removed and made again) is only retired, and closed with the rest.
 type dirFDs struct {
 	slot [numTrees]atomic.Int32
+	// noHandles is set for a tree whose filesystem gives no file
+	// handles: FileIDs there come from statx (fileid.go).
+	noHandles [numTrees]atomic.Bool
 
 	mu      sync.Mutex
 	retired []int
@@ -214,40 +223,126 @@ func (c *dirCache) at(tree int, rel, opName string, op func(dirfd int, rel strin
 // (handle.go); a huge control file's buffer is left to the collector.
 const maxPooledBuf = 64 << 10
 
-// readAt reads the whole file rel of tree into buf's spare capacity,
-// growing it as needed.
-func (c *dirCache) readAt(tree int, rel string, buf []byte) ([]byte, error) {
-	readFailed := false
-	err := c.at(tree, rel, "open", func(dirfd int, name string) error {
-		fd, err := rawsys.Open(dirfd, name, unix.O_RDONLY)
-		if err != nil {
-			var pe *fs.PathError
-			if errors.As(err, &pe) {
-				return pe.Err
-			}
-			return err
-		}
-		buf, err = readRaw(fd, buf)
-		rawsys.Close(fd)
-		readFailed = err != nil
-		return err
-	})
-	if pe, ok := err.(*fs.PathError); ok && readFailed {
-		pe.Op = "read"
+// sysErr is the errno inside err (rawsys.Open's *fs.PathError), for
+// dirCache.at's operations.
+func sysErr(err error) error {
+	if pe, ok := err.(*fs.PathError); ok {
+		return pe.Err
 	}
-	return buf, err
+	return err
 }
 
-// modTimeAt is the mtime of the file rel of tree.
-func (c *dirCache) modTimeAt(tree int, rel string) (time.Time, error) {
+// openFile opens the file rel of tree with flags, never following a
+// symbolic link and never waiting (O_NONBLOCK: a FIFO opens at once, and
+// is then refused by the caller's fstat).
+func (c *dirCache) openFile(tree int, rel string, flags int) (int, error) {
+	fd := -1
+	err := c.at(tree, rel, "open", func(dirfd int, name string) error {
+		var err error
+		fd, err = rawsys.Open(dirfd, name, flags|unix.O_NONBLOCK|unix.O_NOFOLLOW)
+		return sysErr(err)
+	})
+	return fd, err
+}
+
+// controlStat is what readControl learns of a control file before it
+// reads it.
+type controlStat struct {
+	id      FileID
+	size    int64
+	changed time.Time // ctime
+}
+
+// readControl reads the control file rel whole into buf's spare capacity,
+// growing it as needed: open (not following a symbolic link, not waiting),
+// fstat, identify, read, close. What is not a regular file is
+// ErrNotRegular, unread; a file larger than limit is ErrTooLarge, unread
+// (or, should it grow past limit while read, read no further).
+func (c *dirCache) readControl(rel string, buf []byte, limit int64) ([]byte, controlStat, error) {
+	var cs controlStat
+	fd, err := c.openFile(treeTransport, rel, unix.O_RDONLY)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENXIO) {
+			// A symbolic link (O_NOFOLLOW), a socket.
+			return buf, cs, fmt.Errorf("%w: %w", ErrNotRegular, err)
+		}
+		return buf, cs, err
+	}
+	defer rawsys.Close(fd)
+	path := func() string { return c.paths[treeTransport] + "/" + rel } // for errors only
 	var st unix.Stat_t
-	err := c.at(tree, rel, "stat", func(dirfd int, name string) error {
-		return rawsys.Fstatat(dirfd, name, &st)
+	if err := rawsys.Fstat(fd, &st); err != nil {
+		return buf, cs, &fs.PathError{Op: "stat", Path: path(), Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return buf, cs, fmt.Errorf("%w: %s is a %s", ErrNotRegular, path(), fileType(st.Mode))
+	}
+	cs.size, cs.changed = st.Size, time.Unix(st.Ctim.Unix())
+	if cs.id, _, err = c.identify(treeTransport, fd, "", false, &st); err != nil {
+		return buf, cs, &fs.PathError{Op: "identify", Path: path(), Err: err}
+	}
+	if st.Size > limit {
+		return buf, cs, ErrTooLarge
+	}
+	// One read of the whole file then comes back short: the end.
+	if need := int(st.Size) + 1; cap(buf)-len(buf) < need {
+		buf = append(make([]byte, 0, len(buf)+need), buf...)
+	}
+	buf, err = readRaw(fd, buf, limit)
+	if err != nil {
+		if err == ErrTooLarge {
+			return buf, cs, err
+		}
+		return buf, cs, &fs.PathError{Op: "read", Path: path(), Err: err}
+	}
+	return buf, cs, nil
+}
+
+// fileType names the type in a mode for people.
+func fileType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		return "FIFO"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFLNK:
+		return "symbolic link"
+	case unix.S_IFREG:
+		return "regular file"
+	}
+	return fmt.Sprintf("file of mode %#o", mode)
+}
+
+// statBody is the mtime and identity of the body rel (following a
+// symbolic link, as an agent opening it does): fstatat and one
+// name_to_handle_at. Should the name lead to another file between the two
+// (replaced), it looks again.
+func (c *dirCache) statBody(rel string) (time.Time, FileID, error) {
+	var st unix.Stat_t
+	var id FileID
+	err := c.at(treeQueue, rel, "stat", func(dirfd int, name string) error {
+		for range 3 {
+			if err := rawsys.Fstatat(dirfd, name, &st); err != nil {
+				return err
+			}
+			var ok bool
+			var err error
+			if id, ok, err = c.identify(treeQueue, dirfd, name, true, &st); err != nil || ok {
+				return err
+			}
+		}
+		return nil // replaced three times over: the last look stands
 	})
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, FileID{}, err
 	}
-	return time.Unix(st.Mtim.Unix()), nil
+	return time.Unix(st.Mtim.Unix()), id, nil
 }
 
 // unlinkAt removes the file rel of tree.

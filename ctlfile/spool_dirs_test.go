@@ -94,7 +94,7 @@ func TestSpoolDirDescriptors(t *testing.T) {
 	if got := openFDs(t, root); len(got) != 0 {
 		t.Fatalf("after Close, descriptors under the spool: %v", got)
 	}
-	if err := s.Remove(rel, path.Base(rel)); err != nil {
+	if err := s.Remove(Files{Rel: rel, ID: path.Base(rel)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{s.ctlPath(rel), s.bodyPath(rel, path.Base(rel))} {
@@ -133,10 +133,14 @@ func TestSpoolDirReplaced(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := s.Read(rel); err != nil {
+		// Copies: other files than the ones read before.
+		if err := s.Remove(f.Files(rel)); !errors.Is(err, ErrChanged) {
+			t.Fatalf("Remove of files replaced by copies: %v, want ErrChanged", err)
+		}
+		if f, err = s.Read(rel); err != nil {
 			t.Fatalf("Read after the directories were replaced (hash dirs %v): %v", hash, err)
 		}
-		if err := s.Remove(rel, f.ID); err != nil {
+		if err := s.Remove(f.Files(rel)); err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range []string{s.ctlPath(rel), s.bodyPath(rel, f.ID)} {

@@ -253,7 +253,11 @@ func TestQuarantine(t *testing.T) {
 		if perr == nil {
 			t.Fatal("garbage parsed")
 		}
-		if err := s.Quarantine(rel, perr); err != nil {
+		var me *MalformedError
+		if !errors.As(perr, &me) || !me.Control.Known() {
+			t.Fatalf("Read of garbage: %v, want a MalformedError with the file's identity", perr)
+		}
+		if err := s.Quarantine(rel, me.Control, perr); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -262,8 +266,11 @@ func TestQuarantine(t *testing.T) {
 			t.Errorf("%s still in transport/", p)
 		}
 	}
-	if _, err := os.Stat(body); err != nil {
-		t.Errorf("body was touched: %v", err)
+	if _, err := os.Stat(body); !os.IsNotExist(err) {
+		t.Errorf("body left in queue/: %v", err)
+	}
+	if got := string(readFile(t, filepath.Join(s.BadDir(), "26.body"))); got != "body" {
+		t.Errorf("bad/26.body = %q, want the body", got)
 	}
 	for name, want := range map[string]string{"26": "garbage one\n", "26.1": "garbage two\n"} {
 		if got := string(readFile(t, filepath.Join(s.BadDir(), name))); got != want {
@@ -277,10 +284,13 @@ func TestQuarantine(t *testing.T) {
 			t.Errorf("bad/%s.why has no time: %q", name, why)
 		}
 	}
-	if why := string(readFile(t, filepath.Join(s.BadDir(), "26.1.why"))); !strings.Contains(why, "file: transport/B/26") {
-		t.Errorf("why does not name the file: %q", why)
+	if why := string(readFile(t, filepath.Join(s.BadDir(), "26.1.why"))); !strings.Contains(why, "file: transport/B/26\nmoved to: bad/26.1\nbody: none at queue/B/26\n") {
+		t.Errorf("why does not say where the files are: %q", why)
 	}
-	if err := s.Quarantine("A/26", errors.New("again")); !errors.Is(err, ErrNotFound) {
+	if why := string(readFile(t, filepath.Join(s.BadDir(), "26.why"))); !strings.Contains(why, "file: transport/A/26\nmoved to: bad/26\nbody: queue/A/26 moved to bad/26.body\n") {
+		t.Errorf("why does not say where the files are: %q", why)
+	}
+	if err := s.Quarantine("A/26", FileID{}, errors.New("again")); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Quarantine(gone) = %v", err)
 	}
 }
@@ -423,7 +433,7 @@ func TestRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Remove(rel, f.ID); err != nil {
+	if err := s.Remove(f.Files(rel)); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{s.ctlPath(rel), s.bodyPath(rel, f.ID)} {
@@ -431,10 +441,10 @@ func TestRemove(t *testing.T) {
 			t.Errorf("%s survived Remove: %v", p, err)
 		}
 	}
-	if err := s.Remove(rel, f.ID); err != nil {
+	if err := s.Remove(f.Files(rel)); err != nil {
 		t.Errorf("second Remove: %v", err)
 	}
-	if err := s.Remove(rel, "../../etc/passwd"); !errors.Is(err, ErrBadPath) {
+	if err := s.Remove(Files{Rel: rel, ID: "../../etc/passwd"}); !errors.Is(err, ErrBadPath) {
 		t.Errorf("Remove with a path as body name = %v", err)
 	}
 }

@@ -54,10 +54,11 @@ func TestSweepTempRemovesOnlyOldDebris(t *testing.T) {
 	}
 }
 
-// TestReadAfterInterruptedRemove: Remove unlinks the body first, so a crash
-// in between leaves a control file without its body. Read returns such a
-// file when every recipient is settled (for the scheduler to complete it
-// again), and still reports ErrBodyMissing when one is pending.
+// TestReadAfterInterruptedRemove: a control file without its body (left
+// by a Remove of the order before the control file went first). Read
+// returns such a file when every recipient is settled (for the scheduler
+// to complete it again), and still reports ErrBodyMissing when one is
+// pending.
 func TestReadAfterInterruptedRemove(t *testing.T) {
 	s := &ctlfile.Spool{Root: t.TempDir(), Hash: 1, NoSync: true}
 	if err := s.Init(); err != nil {
@@ -97,7 +98,7 @@ func TestReadAfterInterruptedRemove(t *testing.T) {
 		case !settled && !errors.Is(err, ctlfile.ErrBodyMissing):
 			t.Errorf("pending message without its body: %v, want ErrBodyMissing", err)
 		}
-		if err := s.Remove(rel, id); err != nil {
+		if err := s.Remove(ctlfile.Files{Rel: rel, ID: id}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Read(rel); !errors.Is(err, ctlfile.ErrNotFound) {

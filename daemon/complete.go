@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 
 	"zsched/core"
@@ -39,8 +38,16 @@ import (
 // channel "error"), so a report that fails is a double fault and goes to the
 // postmaster.
 
-// finish completes a message: its DSN, then its files removed.
+// finish completes a message of the core: its DSN, then its files removed,
+// each only while it is the file that was read (intake.ids).
 func (d *Daemon) finish(c core.Complete) {
+	ids := d.in.ids[c.Inum]
+	delete(d.in.ids, c.Inum)
+	d.finishFiles(c, ctlfile.Files{Rel: c.Path, ID: c.ID, Control: ids.control, Body: ids.body})
+}
+
+// finishFiles is finish with the files to remove.
+func (d *Daemon) finishFiles(c core.Complete, files ctlfile.Files) {
 	if c.Killed {
 		delete(d.unwritten, c.Path)
 	} else if _, kept := d.unwritten[c.Path]; kept {
@@ -65,19 +72,30 @@ func (d *Daemon) finish(c core.Complete) {
 	// A KILL is answered once the files are gone; and tests may drive
 	// finish without Run.
 	if c.Killed || d.rm == nil {
-		if err := d.spool.Remove(c.Path, c.ID); err != nil {
-			d.log.Error("cannot remove completed message", "msg", c.Path, "error", err)
-			return
-		}
+		done := "complete"
 		if c.Killed {
-			d.log.Info("killed", "msg", c.Path) // KILL MSG: removed, no DSN
-		} else {
-			d.log.Info("complete", "msg", c.Path)
+			done = "killed" // KILL MSG: removed, no DSN
 		}
+		removeLogged(d.log, d.noise, d.now(), c.Path, done, d.spool.Remove(files))
 		return
 	}
-	d.in.known[c.Path] = true // until its files are gone: no scan reads it
-	d.rm.remove(c.Path, c.ID)
+	if _, ok := d.in.removing[c.Path]; !ok {
+		d.in.removing[c.Path] = false // until its files are gone: no scan reads it
+	}
+	d.rm.remove(files)
+}
+
+// removed takes back the names the remover is done with: a scan may read
+// them again, and one announced meanwhile — a new message under a reused
+// inode number, say a DSN just queued — is read now.
+func (d *Daemon) removed(rels []string) {
+	for _, rel := range rels {
+		again := d.in.removing[rel]
+		delete(d.in.removing, rel)
+		if again {
+			d.enqueueRead(rel)
+		}
+	}
 }
 
 // notice sends the DSN the core asked for while the message stays queued
@@ -93,7 +111,8 @@ func (d *Daemon) notice(n core.DSN) {
 // lines reported. It reads the file itself rather than trusting the core's
 // flag: an agent may have appended d lines the core never heard of.
 func (d *Daemon) report(rel string) error {
-	data, err := os.ReadFile(filepath.Join(d.spool.TransportDir(), filepath.FromSlash(rel)))
+	// Read as the intake reads: never waiting on what is at the name.
+	data, err := d.spool.ReadControl(rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -108,12 +127,9 @@ func (d *Daemon) report(rel string) error {
 		return nil
 	}
 	orig := dsn.Original{Header: dsn.Headers(data, headerOffset(f))}
-	body := filepath.Join(d.spool.TransportDir(), filepath.FromSlash(ctlfile.QueuePath(rel, f.ID)))
-	if b, err := os.ReadFile(body); err == nil && f.BodyOffset >= 0 && f.BodyOffset <= int64(len(b)) {
+	if b, mtime, err := d.spool.ReadBody(rel, f.ID); err == nil && f.BodyOffset >= 0 && f.BodyOffset <= int64(len(b)) {
 		orig.Body = b[f.BodyOffset:]
-		if st, err := os.Stat(body); err == nil {
-			f.Arrival = st.ModTime()
-		}
+		f.Arrival = mtime
 	} else if err != nil {
 		d.log.Warn("message body unreadable; the DSN returns the headers only", "msg", rel, "error", err)
 	}
@@ -164,7 +180,8 @@ func (d *Daemon) report(rel string) error {
 // agent has seen them: only this goroutine reads the queue).
 func (d *Daemon) withdraw(rel string, queued []string) {
 	for _, q := range queued {
-		if err := d.spool.Remove(q, path.Base(q)); err != nil {
+		// Just written by this goroutine: its name is its own.
+		if err := d.spool.Remove(ctlfile.Files{Rel: q, ID: path.Base(q)}); err != nil {
 			d.log.Error("cannot withdraw delivery status notification; it may be sent twice", "msg", rel, "dsn", q, "error", err)
 			continue
 		}

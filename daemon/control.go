@@ -504,7 +504,8 @@ func (d *Daemon) threadReport(now time.Time, short bool) []string {
 		out = append(out, fmt.Sprintf("	Threads: %4d Msgs: %5d Procs: %3d Idle: %3d Plim: %3d Flim: %3d Tlim: %3d",
 			len(r.Threads), r.Msgs, r.Agents, r.Idle, r.MaxRing, r.Overfeed, r.MaxThr)+throttleNote(now, r))
 	}
-	return append(out, d.globalLines(now, false)...)
+	out = append(out, d.globalLines(now, false)...)
+	return append(out, d.waitingLines(now)...) // intake.go: files not in core, and why
 }
 
 // threadPad is what ZMailer writes after a thread's name: tabs to the
@@ -749,6 +750,9 @@ func (d *Daemon) qshape(now time.Time, top int) []string {
 func (d *Daemon) why(now time.Time, id string) ([]string, error) {
 	m, err := d.core.Message(now, id)
 	if err != nil {
+		if lines := d.whyWaiting(now, id); lines != nil { // intake.go
+			return lines, nil
+		}
 		return nil, err
 	}
 	held := ""

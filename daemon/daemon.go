@@ -78,9 +78,14 @@ type Daemon struct {
 	conn       *net.UnixConn
 	pidfile    string
 
-	in      intake   // control files on their way into the core (intake.go)
-	rm      *remover // completed messages' files being removed (remove.go)
-	stopped bool
+	in     intake   // control files on their way into the core (intake.go)
+	rm     *remover // completed messages' files being removed (remove.go)
+	debris debris   // the spool's sweeps (sweep.go)
+	noise  *rateLog // conditions that recur, logged once an hour (ratelog.go)
+	// ownsLock, when set, says whether a PID is one of our agents' for
+	// judging locks (intake.go: judgeLocks); nil: one of d.procs.
+	ownsLock func(pid int) bool
+	stopped  bool
 
 	ops ops // control socket, reload, metrics (control.go, metrics.go)
 
@@ -111,7 +116,9 @@ func New(cfg *config.Config, log hclog.Logger, opt Options) (*Daemon, error) {
 		events: make(chan agent.Event, 1024),
 		notify: make(chan string, 1024),
 		in:     newIntake(),
+		noise:  newRateLog(rateEvery),
 	}
+	d.spool.SetMaxControlSize(int64(cfg.Scheduler.MaxControlSize))
 	d.in.startup = cfg.Scheduler.StartupMaxRing > 0
 	d.coreLog = &mutable{Logger: log.Named("core")}
 	d.core = core.New(d.coreConfig(cfg), d.coreLog, rand.New(rand.NewSource(seed)))
@@ -176,12 +183,20 @@ func (d *Daemon) Core() *core.Scheduler { return d.core }
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.close()
 	defer d.saveState() // after shutdown: the agents' last reports count
-	d.rm = newRemover(d.spool, d.log)
+	// What a stop interrupted between a message's two unlinks, before the
+	// remover's logs take new batches.
+	removed, err := d.spool.FinishRemovals()
+	for _, p := range removed {
+		d.log.Info("removed the body of a message whose removal a stop interrupted", "file", p)
+	}
+	if err != nil {
+		d.log.Warn("finishing interrupted removals", "error", err)
+	}
+	d.rm = newRemover(d.spool, d.log, d.now, d.noise)
 	// First: a drain removes the files of the last completions too.
 	defer func() { d.rm.close(d.opt.Drain) }()
-	swept := make(chan struct{})
-	go d.sweep(swept)
-	defer func() { <-swept }()
+	d.startSweep(d.now())
+	defer d.waitSweep()
 	d.startScan(d.now())
 	d.sdNotify("READY=1")
 	timer := time.NewTimer(time.Hour)
@@ -233,9 +248,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-d.fetchDone():
 			// intakeStep takes the batch at the top of the loop.
 		case <-d.rm.done:
-			for _, rel := range d.rm.take() {
-				delete(d.in.known, rel)
-			}
+			d.removed(d.rm.take()) // complete.go
 		case rel, ok := <-notify:
 			if !ok {
 				notify = nil
@@ -268,24 +281,6 @@ func (d *Daemon) serveWaiting() {
 		}
 	}
 }
-
-// sweep removes what enqueues killed midway left behind, once at start,
-// beside the loop: with an unhashed queue it is a pass over the whole
-// queue directory.
-func (d *Daemon) sweep(done chan<- struct{}) {
-	defer close(done)
-	removed, err := d.spool.SweepTemp(d.now().Add(-tempMaxAge))
-	for _, p := range removed {
-		d.log.Info("removed a temporary file left by an interrupted enqueue", "file", p)
-	}
-	if err != nil {
-		d.log.Warn("sweeping temporary files", "error", err)
-	}
-}
-
-// tempMaxAge is the age past which an enqueue's temporary file is debris:
-// no enqueue takes that long.
-const tempMaxAge = time.Hour
 
 func (d *Daemon) close() {
 	d.stopOps()
@@ -382,7 +377,7 @@ func (d *Daemon) turn(rel string, f *ctlfile.File) {
 		n := d.core.Turn(d.now(), t.Domain)
 		d.log.Info("etrn request file", "msg", rel, "domain", t.Domain, "client", t.IP, "started", n)
 	}
-	if err := d.spool.Remove(rel, ""); err != nil {
+	if err := d.spool.Remove(f.Files(rel)); err != nil {
 		d.log.Error("cannot remove etrn request file", "msg", rel, "error", err)
 	}
 }

@@ -2,6 +2,9 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
+	"maps"
+	"path"
 	"runtime"
 	"slices"
 	"strings"
@@ -43,8 +46,31 @@ import (
 //
 // Work per loop turn is bounded (readBatch files, scanStep names), so agent
 // events are served between two steps and delivery starts long before a
-// scan of a large queue ends. A large batch is read on one goroutine per
-// CPU (fetch) and handed to the core in order by Run's goroutine alone.
+// scan of a large queue ends. Every batch, even of one file, is read on
+// other goroutines (one per CPU for a large one: fetch) and handed to the
+// core in order by Run's goroutine alone, which never waits on a file: a
+// FIFO (or any non-regular file) announced by NEW is refused unread and
+// left where it is, a file on a disk that hangs holds up the intake but
+// not agents, operators or signals.
+//
+// What a read can meet, and what becomes of the file:
+//
+//   - a name that is not a control file's ("12345.bak"): ignored;
+//   - not a regular file (ctlfile.ErrNotRegular): left where it is,
+//     logged (rate-limited); the scan never lists it;
+//   - malformed, body missing, or larger than max_control_size
+//     (ctlfile.MalformedError): moved to bad/ with its body and a .why;
+//   - a line locked by a live process (ctlfile.LockError): read again
+//     later; a lock held by a process that is not one of our agents is
+//     judged stale by rule (judgeLocks) and reset;
+//   - any other error (EMFILE, ENFILE, EIO, EACCES, ENOMEM…): transient,
+//     read again with a doubling delay (readRetryMin to readRetryMax),
+//     logged once when it starts and once when it ends.
+//
+// A file that waits (locked or erring) is listed in mailq's footer and
+// answers WHY with the reason. A recipient whose host or address is longer
+// than RFC 5321 allows — more than an agent may be fed, and what no server
+// accepts — fails at once with a d line and a DSN (refuseOverlong).
 
 // liveLockDelay is how long a file with a live agent's lock waits before it
 // is read again (ZMailer: 32 s).
@@ -71,10 +97,31 @@ const pendingMax = 8192
 // against the core while the limit holds files back.
 const reconcileEvery = time.Second
 
+// readRetryMin and readRetryMax bound the delay before a file whose read
+// failed with a transient error is read again: it doubles from the first
+// to the second.
+const (
+	readRetryMin = time.Second
+	readRetryMax = 5 * time.Minute
+)
+
 type delayed struct {
 	rel string
 	at  time.Time
 }
+
+// waitState is why a file waits outside the core (in later), for mailq,
+// WHY and the log.
+type waitState struct {
+	why      string    // for people: "locked by pid 4242, not ours, since …"
+	since    time.Time // when it began to wait
+	failures int       // transient read errors in a row
+	lockPID  int       // the lock that keeps it waiting, logged once per pid
+	next     time.Time // when it is read again
+}
+
+// fileIDs are a message's files as read (ctlfile.File.Control, .Body).
+type fileIDs struct{ control, body ctlfile.FileID }
 
 // intake is the Daemon's reading state; only Run's goroutine touches it.
 type intake struct {
@@ -109,11 +156,27 @@ type intake struct {
 	startup    bool
 	startupEnd time.Time
 
+	// removing holds the names whose files the remover works on
+	// (remove.go): no scan reads them meanwhile, since a finished
+	// message would be read as new. A name announced by NEW (or found by
+	// a scan) meanwhile may be a new message under a reused inode
+	// number: true, and it is read once the removal is done.
+	removing map[string]bool
+	// waiting is why each file in later waits.
+	waiting map[string]*waitState
+	// breaks holds the locks judged stale, for the next read of the file.
+	breaks map[string]*ctlfile.LockError
+	// ids are the identities of the files of the messages in core, as
+	// read: Remove checks them before it unlinks (complete.go).
+	ids map[int64]fileIDs
+
 	onStep func() // tests: called after every intake step
 }
 
 func newIntake() intake {
-	return intake{max: pendingMax, known: make(map[string]bool), rcpts: make(map[int64]int), initial: true}
+	return intake{max: pendingMax, known: make(map[string]bool), rcpts: make(map[int64]int), initial: true,
+		removing: make(map[string]bool), waiting: make(map[string]*waitState),
+		breaks: make(map[string]*ctlfile.LockError), ids: make(map[int64]fileIDs)}
 }
 
 func (in *intake) pending() int { return len(in.fifo) - in.head }
@@ -165,6 +228,10 @@ func (d *Daemon) scanSome(now time.Time) {
 		if in.known[rel] {
 			continue
 		}
+		if _, ok := in.removing[rel]; ok {
+			in.removing[rel] = true // the old file, or a new one: look after
+			continue
+		}
 		if inum, ok := inumOf(rel); ok && d.core.Has(inum) {
 			continue
 		}
@@ -183,6 +250,13 @@ func (d *Daemon) scanSome(now time.Time) {
 	if in.scanned > 0 {
 		d.log.Debug("scan found files", "new", in.scanned)
 	}
+	// Messages that left the core without completing (dropped after a
+	// resync storm, their file gone) leave their identities behind.
+	for inum := range in.ids {
+		if !d.core.Has(inum) {
+			delete(in.ids, inum)
+		}
+	}
 	if in.initial && in.scanEnded.IsZero() {
 		in.scanEnded = now
 	}
@@ -199,11 +273,18 @@ func (d *Daemon) scanSome(now time.Time) {
 // enqueueRead queues a file announced by NEW (or written by the daemon
 // itself) to be read. With the FIFO full it is left to the scan.
 func (d *Daemon) enqueueRead(rel string) {
-	if strings.HasPrefix(rel, "/") || strings.Contains(rel, "..") {
-		d.log.Warn("notify names a path outside the queue", "path", rel)
+	if !ctlfile.IsControlPath(rel) {
+		// Outside the queue, or not a control file's name ("12345.tmp").
+		if ok, n := d.noise.allow("notify:"+rel, d.now()); ok {
+			d.log.Warn("notify names no control file; ignored", "path", rel, "times", n+1)
+		}
 		return
 	}
 	in := &d.in
+	if _, ok := in.removing[rel]; ok {
+		in.removing[rel] = true // read it once its old files are gone
+		return
+	}
 	if in.known[rel] {
 		return
 	}
@@ -232,6 +313,7 @@ func (d *Daemon) intakeTick(now time.Time) {
 	}
 	clear(in.later[len(keep):])
 	in.later = keep
+	d.sweepDue(now)
 }
 
 // room reports whether the core may take another message.
@@ -254,6 +336,7 @@ func (d *Daemon) room(now time.Time) bool {
 		if !d.core.Has(inum) {
 			d.in.total -= n
 			delete(d.in.rcpts, inum)
+			delete(d.in.ids, inum)
 		}
 	}
 	return d.in.total < s.RecipientActiveLimit
@@ -285,22 +368,20 @@ func (d *Daemon) intakeStep() {
 			most = startBatch
 		}
 		n := min(most, in.pending(), d.cfg.Scheduler.MessageActiveLimit-d.core.Messages()-len(in.ready))
-		var batch []string
+		var batch []fetched
 		for range n {
 			rel := in.pop()
 			if inum, ok := inumOf(rel); ok && d.core.Has(inum) {
 				continue
 			}
 			in.known[rel] = true // until admitted
-			batch = append(batch, rel)
+			batch = append(batch, fetched{rel: rel, brk: in.breaks[rel]})
+			delete(in.breaks, rel)
 		}
-		if len(batch) >= parallelFetch {
+		if len(batch) > 0 {
+			// The limit may have changed with a reload.
+			d.spool.SetMaxControlSize(int64(d.cfg.Scheduler.MaxControlSize))
 			in.inflight = d.startFetch(batch)
-		} else {
-			for _, rel := range batch {
-				f, err := d.spool.Read(rel)
-				in.ready = append(in.ready, fetched{rel: rel, f: f, err: err})
-			}
 		}
 	}
 	for n := 1; len(in.ready) > 0 && d.room(now); n++ {
@@ -374,6 +455,9 @@ func (d *Daemon) intakeWake(wake time.Time) time.Time {
 		if l.at.Before(wake) {
 			wake = l.at
 		}
+	}
+	if at := d.debris.at; !at.IsZero() && at.Before(wake) {
+		wake = at // the periodic sweep (sweep.go)
 	}
 	if in.startup && !in.startupEnd.IsZero() && in.startupEnd.Before(wake) {
 		wake = in.startupEnd
@@ -504,6 +588,7 @@ func (d *Daemon) left(inum int64) {
 // fetched is a control file read from the queue, or why it could not be.
 type fetched struct {
 	rel string
+	brk *ctlfile.LockError // locks judged stale: read breaking them
 	f   *ctlfile.File
 	err error
 }
@@ -521,18 +606,20 @@ type fetchJob struct {
 	done chan struct{} // closed once every file of the batch is read
 }
 
-func (d *Daemon) startFetch(rels []string) *fetchJob {
-	j := &fetchJob{out: make([]fetched, len(rels)), done: make(chan struct{})}
-	for i, rel := range rels {
-		j.out[i].rel = rel
-	}
-	workers := max(1, min(runtime.GOMAXPROCS(0), len(rels)/parallelFetch))
+func (d *Daemon) startFetch(batch []fetched) *fetchJob {
+	j := &fetchJob{out: batch, done: make(chan struct{})}
+	workers := max(1, min(runtime.GOMAXPROCS(0), len(batch)/parallelFetch))
 	for w := range workers {
 		j.wg.Add(1)
 		go func() {
 			defer j.wg.Done()
 			for i := w; i < len(j.out); i += workers {
-				j.out[i].f, j.out[i].err = d.spool.Read(j.out[i].rel)
+				o := &j.out[i]
+				if o.brk != nil {
+					o.f, o.err = d.spool.ReadBreaking(o.rel, o.brk)
+				} else {
+					o.f, o.err = d.spool.Read(o.rel)
+				}
 			}
 		}()
 	}
@@ -570,42 +657,330 @@ func (d *Daemon) admit(r fetched) {
 	if d.in.initial {
 		d.in.firstRead++
 	}
+	now := d.now()
+	var le *ctlfile.LockError
+	var me *ctlfile.MalformedError
 	switch {
 	case err == nil:
 	case errors.Is(err, ctlfile.ErrNotFound):
+		d.doneWaiting(rel, "")
 		return
-	case errors.Is(err, ctlfile.ErrLiveLock):
-		d.log.Debug("control file locked by a live agent; reading it later", "msg", rel)
-		d.in.known[rel] = true
-		d.in.later = append(d.in.later, delayed{rel: rel, at: d.now().Add(liveLockDelay)})
+	case errors.As(err, &le):
+		d.locked(now, rel, le)
 		return
-	default:
+	case errors.As(err, &me):
+		d.doneWaiting(rel, "")
 		d.log.Error("bad control file moved aside", "msg", rel, "error", err)
-		if qerr := d.spool.Quarantine(rel, err); qerr != nil {
+		if qerr := d.spool.Quarantine(rel, me.Control, err); qerr != nil {
 			d.log.Error("cannot quarantine control file", "msg", rel, "error", qerr)
 		}
 		return
+	case errors.Is(err, ctlfile.ErrNotRegular), errors.Is(err, ctlfile.ErrBadPath):
+		d.doneWaiting(rel, "")
+		if ok, n := d.noise.allow("file:"+rel, now); ok {
+			d.log.Warn("not a control file; left where it is", "path", rel, "error", err, "times", n+1)
+		}
+		return
+	default:
+		d.readFailed(now, rel, err)
+		return
 	}
+	d.doneWaiting(rel, "read")
 	if len(f.Turn) > 0 && f.ID == "" {
 		d.turn(rel, f)
 		return
 	}
 	a := arrival(rel, f)
-	if len(a.Groups) == 0 {
+	refuseOverlong(&a)
+	if len(a.Groups) == 0 && len(a.Refused) == 0 {
 		// Nothing pending: a message completed before a restart.
-		d.finish(core.Complete{Path: rel, ID: f.ID, Inum: f.Inum, Diags: hasPendingDiags(f), Bounce: f.IsBounce()})
+		d.finishFiles(core.Complete{Path: rel, ID: f.ID, Inum: f.Inum, Diags: hasPendingDiags(f), Bounce: f.IsBounce()},
+			f.Files(rel))
 		return
 	}
-	if err := d.core.Arrive(d.now(), a); err != nil {
+	if err := d.core.Arrive(now, a); err != nil {
 		if !errors.Is(err, core.ErrDuplicate) {
 			d.log.Error("cannot schedule message", "msg", rel, "error", err)
 		}
 		return
 	}
-	n := 0
+	n := len(a.Refused)
 	for _, g := range a.Groups {
 		n += len(g.Rcpts)
 	}
 	d.in.rcpts[a.Inum] = n
 	d.in.total += n
+	d.in.ids[a.Inum] = fileIDs{control: f.Control, body: f.Body}
+}
+
+// wait puts rel in later until at, for the reason why.
+func (d *Daemon) wait(now time.Time, rel string, at time.Time, why string) *waitState {
+	in := &d.in
+	w := in.waiting[rel]
+	if w == nil {
+		w = &waitState{since: now}
+		in.waiting[rel] = w
+	}
+	w.why, w.next = why, at
+	in.known[rel] = true
+	in.later = append(in.later, delayed{rel: rel, at: at})
+	return w
+}
+
+// doneWaiting forgets why rel waited; how is how the wait ended, logged
+// after transient errors ("": nothing to say).
+func (d *Daemon) doneWaiting(rel, how string) {
+	w := d.in.waiting[rel]
+	if w == nil {
+		return
+	}
+	delete(d.in.waiting, rel)
+	delete(d.in.breaks, rel)
+	if w.failures > 0 && how != "" {
+		d.log.Info("control file read after transient errors", "msg", rel, "failures", w.failures,
+			"since", w.since.UTC().Format(time.RFC3339))
+	}
+}
+
+// readFailed schedules another read of rel after a transient error, with a
+// delay that doubles with each failure; the first failure is logged.
+func (d *Daemon) readFailed(now time.Time, rel string, err error) {
+	failures := 1
+	if w := d.in.waiting[rel]; w != nil {
+		failures = w.failures + 1
+	}
+	delay := readRetryMax
+	if failures < 20 {
+		delay = min(readRetryMin<<(failures-1), readRetryMax)
+	}
+	at := now.Add(delay)
+	w := d.wait(now, rel, at, fmt.Sprintf("read error (%d in a row): %v", failures, err))
+	w.failures = failures
+	if failures == 1 {
+		d.log.Warn("cannot read control file; it is read again later (transient error)",
+			"msg", rel, "error", err, "retry_in", delay.String())
+	} else {
+		d.log.Debug("cannot read control file", "msg", rel, "error", err, "failures", failures, "retry_in", delay.String())
+	}
+}
+
+// locked handles a file with lines locked by live processes: judged stale
+// (a process that is not one of ours, by rule: judgeLocks), it is read
+// again at once, breaking those locks; otherwise later, when the lock
+// would turn stale or after liveLockDelay, whichever comes first.
+func (d *Daemon) locked(now time.Time, rel string, le *ctlfile.LockError) {
+	v := judgeLocks(now, d.ops.started, le, d.ownsPID(), d.lockLimits)
+	if v.stale {
+		for _, l := range le.Locks {
+			d.log.Warn("lock held by a live process that is not one of our agents judged stale; resetting it",
+				"msg", rel, "pid", l.PID, "offset", l.Offset, "since", le.Changed.UTC().Format(time.RFC3339), "reason", v.reason)
+		}
+		d.doneWaiting(rel, "")
+		d.in.breaks[rel] = le
+		d.in.push(rel)
+		return
+	}
+	at := now.Add(liveLockDelay)
+	if !v.staleAt.IsZero() && v.staleAt.Before(at) {
+		at = v.staleAt.Add(time.Second) // past the rule's bound, not on it
+	}
+	since := le.Changed.UTC().Format(time.RFC3339)
+	why := fmt.Sprintf("locked by pid %d (one of our agents) since %s", v.pid, since)
+	if !v.ours {
+		why = fmt.Sprintf("locked by pid %d, not ours, since %s; stale at %s", v.pid, since, v.staleAt.UTC().Format(time.RFC3339))
+	}
+	prev := 0
+	if w := d.in.waiting[rel]; w != nil {
+		prev = w.lockPID
+	}
+	w := d.wait(now, rel, at, why)
+	if !v.ours && prev != v.pid {
+		d.log.Warn("control file locked by a live process that is not one of our agents; waiting for the lock to turn stale",
+			"msg", rel, "pid", v.pid, "since", since, "stale_at", v.staleAt.UTC().Format(time.RFC3339))
+	} else {
+		d.log.Debug("control file locked by a live process; reading it later", "msg", rel, "pid", v.pid)
+	}
+	w.lockPID = v.pid
+}
+
+// lockVerdict is judgeLocks' answer.
+type lockVerdict struct {
+	stale   bool      // every lock is stale: read again, breaking them
+	reason  string    // why they are stale
+	pid     int       // otherwise: the lock the file waits on
+	ours    bool      // ... held by one of our agents (never stale by age)
+	staleAt time.Time // ... when it turns stale (zero if ours)
+}
+
+// judgeLocks judges the live locks of a control file. A lock whose
+// process lives is nonetheless stale when the process is not one of our
+// agents (ours) — a PID reused, after a reboot or a restart, by another
+// program — and
+//
+//   - the lock is older than the scheduler's start (start): no agent of
+//     this scheduler wrote it, and one of an earlier scheduler's would be
+//     ours no more; or
+//   - it is older than its clause's jobtimeout: no agent of ours holds a
+//     line that long without a word, it would have been killed; or
+//   - the message is past its expiry and expiry2, when any recipient
+//     expires, attempted or not.
+//
+// A lock's age is taken from the control file's status-change time
+// (ctlfile.LockError.Changed): writing a lock sets it, so a lock is never
+// younger than it says, and any later write to the file (another
+// recipient's mark) only makes it look younger — the rule errs towards
+// waiting. limits gives the clause's jobtimeout and expiry + expiry2 for
+// a recipient's channel and host.
+func judgeLocks(now, start time.Time, le *ctlfile.LockError, ours func(pid int) bool,
+	limits func(channel, host string) (jobTimeout, expiry time.Duration)) lockVerdict {
+	var wait lockVerdict // the lock that turns stale last
+	reason := ""
+	for _, l := range le.Locks {
+		if ours(l.PID) {
+			return lockVerdict{pid: l.PID, ours: true}
+		}
+		jobTimeout, expiry := limits(l.Channel, l.Host)
+		at, why := le.Changed.Add(jobTimeout), "older than jobtimeout"
+		if expiry > 0 && !le.Arrival.IsZero() && le.Arrival.Add(expiry).Before(at) {
+			at, why = le.Arrival.Add(expiry), "the message is past expiry and expiry2"
+		}
+		if le.Changed.Before(start) {
+			at, why = le.Changed, "older than the scheduler's start"
+		}
+		if !now.Before(at) {
+			reason = why
+			continue
+		}
+		if wait.staleAt.IsZero() || at.After(wait.staleAt) {
+			wait.pid, wait.staleAt = l.PID, at
+		}
+	}
+	if wait.pid != 0 {
+		return wait
+	}
+	return lockVerdict{stale: true, reason: reason}
+}
+
+// ownsPID is the check judgeLocks makes: whether a PID is one of our
+// agents'. The agents' process groups are to join it (issue 16, item 4).
+func (d *Daemon) ownsPID() func(pid int) bool {
+	if d.ownsLock != nil {
+		return d.ownsLock
+	}
+	return func(pid int) bool {
+		for _, p := range d.procs {
+			if p.Pid() == pid {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// lockLimits are judgeLocks' limits for a recipient: its clause's
+// jobtimeout, and expiry + expiry2 (0: none).
+func (d *Daemon) lockLimits(channel, host string) (time.Duration, time.Duration) {
+	c := &d.cfg.Defaults
+	if i, ok := d.cfg.Match(channel, host); ok {
+		c = &d.cfg.Clauses[i]
+	}
+	expiry := time.Duration(0)
+	if c.Expiry > 0 {
+		expiry = c.Expiry.D() + c.Expiry2.D()
+	}
+	return c.JobTimeout.D(), expiry
+}
+
+// waitingLines is mailq's footer: every file known to the scheduler and
+// not in core, with why it waits — none is invisible.
+func (d *Daemon) waitingLines(now time.Time) []string {
+	if len(d.in.waiting) == 0 {
+		return nil
+	}
+	rels := slices.Sorted(maps.Keys(d.in.waiting))
+	out := []string{fmt.Sprintf("Waiting to be read: %d", len(rels))}
+	for i, rel := range rels {
+		if i == maxWaitingLines {
+			out = append(out, fmt.Sprintf("    … and %d more (scheduler why NAME)", len(rels)-i))
+			break
+		}
+		w := d.in.waiting[rel]
+		out = append(out, fmt.Sprintf("    %s\twaiting: %s; read again in %s", rel, w.why, age(max(w.next.Sub(now), 0))))
+	}
+	return out
+}
+
+// maxWaitingLines bounds mailq's footer; WHY names any file.
+const maxWaitingLines = 20
+
+// whyWaiting is WHY for a file that waits outside the core: nil if id
+// names none. id is a path under transport/, a base name or an inode
+// number, as for a message in core.
+func (d *Daemon) whyWaiting(now time.Time, id string) []string {
+	for _, rel := range slices.Sorted(maps.Keys(d.in.waiting)) {
+		if rel != id && path.Base(rel) != id && strings.TrimSuffix(path.Base(rel), "-etrn") != id {
+			continue
+		}
+		w := d.in.waiting[rel]
+		return []string{fmt.Sprintf("message %s, not in core: waiting: %s; read again in %s (waiting %s)",
+			rel, w.why, age(max(w.next.Sub(now), 0)), age(now.Sub(w.since)))}
+	}
+	return nil
+}
+
+// RFC 5321 §4.5.3.1's limits, in octets: what any server must accept and
+// need accept no more of. A longer host cannot be fed to an agent (its
+// job line), and no server would take the address.
+const (
+	maxLocalPart = 64
+	maxDomain    = 255
+	maxPath      = 256
+)
+
+// refuseOverlong moves the recipients of a whose host or address break
+// RFC 5321's limits from its groups to a.Refused: they fail at once, with
+// a d line and a DSN, instead of being fed to an agent on every retry
+// until expiry (a 1 MB host kills an agent that reads 64 KiB lines).
+func refuseOverlong(a *core.Arrival) {
+	keep := a.Groups[:0]
+	for _, g := range a.Groups {
+		rs := g.Rcpts[:0]
+		for _, r := range g.Rcpts {
+			status, why := overlong(g.Host, r.User)
+			if status == "" {
+				rs = append(rs, r)
+				continue
+			}
+			a.Refused = append(a.Refused, core.Refusal{Offset: r.Offset, User: r.User, Channel: g.Channel,
+				Host: g.Host, Notify: r.Notify, Status: status, Text: why})
+		}
+		if len(rs) > 0 {
+			g.Rcpts = rs
+			keep = append(keep, g)
+		}
+	}
+	clear(a.Groups[len(keep):])
+	a.Groups = keep
+}
+
+// overlong returns the RFC 3463 status and the reason when host or user
+// break RFC 5321's limits, "" otherwise.
+func overlong(host, user string) (status, why string) {
+	const badSystem = "5.1.2 (bad destination system address)"
+	const badMailbox = "5.1.3 (bad destination mailbox address syntax)"
+	switch {
+	case len(host) > maxDomain:
+		return badSystem, fmt.Sprintf("host is %d octets long, more than the %d RFC 5321 allows", len(host), maxDomain)
+	case len(user) > maxPath:
+		return badMailbox, fmt.Sprintf("address is %d octets long, more than the %d RFC 5321 allows", len(user), maxPath)
+	}
+	if at := strings.LastIndexByte(user, '@'); at >= 0 {
+		if at > maxLocalPart {
+			return badMailbox, fmt.Sprintf("local part is %d octets long, more than the %d RFC 5321 allows", at, maxLocalPart)
+		}
+		if n := len(user) - at - 1; n > maxDomain {
+			return badSystem, fmt.Sprintf("domain is %d octets long, more than the %d RFC 5321 allows", n, maxDomain)
+		}
+	}
+	return "", ""
 }

@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"errors"
 	"sync"
+	"time"
 
 	"zsched/ctlfile"
 
@@ -13,16 +15,30 @@ import (
 // single cost left on Run's goroutine, which every agent waits on; here
 // they overlap with the loop's work.
 //
-// A completed message's name stays in the intake's known set until its
+// A completed message's name is in the intake's removing set until its
 // files are gone, so that a scan in between cannot read the finished file
 // as a new arrival. Run's goroutine learns of removals through done.
+//
+// Each worker records the batch it removes in a removal log of its own
+// (ctlfile.RemovalLog: two small writes a batch), so that a stop between a
+// message's two unlinks leaves no body the next start cannot remove at
+// once (Run: ctlfile.Spool.FinishRemovals).
+//
+// A file that cannot be removed is logged once, then once an hour with
+// how many times it failed meanwhile (rateLog): the next scan finds a
+// control file that could not be removed and completes it again, and the
+// same error would otherwise be logged at every scan.
 type remover struct {
 	spool *ctlfile.Spool
 	log   hclog.Logger
+	// rm removes a message's files: spool.Remove; tests inject failures.
+	rm    func(ctlfile.Files) error
+	now   func() time.Time
+	noise *rateLog
 
 	mu      sync.Mutex
-	queue   []removal // waiting for a worker
-	removed []string  // removed (or failed), not yet taken by Run
+	queue   []ctlfile.Files // waiting for a worker
+	removed []string        // removed (or failed), not yet taken by Run
 	closed  bool
 
 	wake chan struct{} // work to take (capacity 1); closed by close
@@ -32,12 +48,13 @@ type remover struct {
 	pending int // handed over and not yet taken back; Run's goroutine only
 }
 
-type removal struct{ rel, id string }
-
-func newRemover(spool *ctlfile.Spool, log hclog.Logger) *remover {
+func newRemover(spool *ctlfile.Spool, log hclog.Logger, now func() time.Time, noise *rateLog) *remover {
 	r := &remover{
 		spool: spool,
 		log:   log,
+		rm:    spool.Remove,
+		now:   now,
+		noise: noise,
 		wake:  make(chan struct{}, 1),
 		done:  make(chan struct{}, 1),
 		exit:  make(chan struct{}),
@@ -47,10 +64,10 @@ func newRemover(spool *ctlfile.Spool, log hclog.Logger) *remover {
 }
 
 // remove queues a completed message's files. Run's goroutine only.
-func (r *remover) remove(rel, id string) {
+func (r *remover) remove(m ctlfile.Files) {
 	r.pending++
 	r.mu.Lock()
-	r.queue = append(r.queue, removal{rel, id})
+	r.queue = append(r.queue, m)
 	poke(r.wake)
 	r.mu.Unlock()
 }
@@ -97,23 +114,32 @@ const removeWorkers = 4
 func (r *remover) run() {
 	defer close(r.exit)
 	var wg sync.WaitGroup
-	for range removeWorkers {
+	for w := range removeWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.work()
+			log, err := r.spool.OpenRemovalLog(w)
+			if err != nil {
+				// Without it a stop between two unlinks leaves a body
+				// for the hourly sweep.
+				r.log.Warn("removing without a removal log", "error", err)
+				log = nil
+			} else {
+				defer log.Close()
+			}
+			r.work(log)
 		}()
 	}
 	wg.Wait()
 }
 
 // work takes batches of removals until the remover is closed and its
-// queue empty.
-func (r *remover) work() {
+// queue empty, recording each in log (if not nil).
+func (r *remover) work(log *ctlfile.RemovalLog) {
 	for {
 		r.mu.Lock()
 		n := min(len(r.queue), removeBatch)
-		batch := append([]removal(nil), r.queue[:n]...)
+		batch := append([]ctlfile.Files(nil), r.queue[:n]...)
 		r.queue = r.queue[n:]
 		if len(r.queue) == 0 {
 			r.queue = nil
@@ -127,14 +153,20 @@ func (r *remover) work() {
 			<-r.wake // closed by close: closed is then already set
 			continue
 		}
+		if log != nil {
+			if err := log.Begin(batch); err != nil {
+				r.log.Warn("cannot record removals", "error", err)
+			}
+		}
 		names := make([]string, 0, len(batch))
 		for _, m := range batch {
-			if err := r.spool.Remove(m.rel, m.id); err != nil {
-				r.log.Error("cannot remove completed message", "msg", m.rel, "error", err)
-			} else {
-				r.log.Info("complete", "msg", m.rel)
+			removeLogged(r.log, r.noise, r.now(), m.Rel, "complete", r.rm(m))
+			names = append(names, m.Rel)
+		}
+		if log != nil {
+			if err := log.End(); err != nil {
+				r.log.Warn("cannot record removals", "error", err)
 			}
-			names = append(names, m.rel)
 		}
 		r.mu.Lock()
 		r.removed = append(r.removed, names...)
@@ -155,4 +187,23 @@ func poke(c chan struct{}) {
 	case c <- struct{}{}:
 	default:
 	}
+}
+
+// removeLogged logs the removal of a message: done ("complete",
+// "killed"), or why a file of it stays — rate-limited per message, since a
+// file that cannot be removed fails again each time it is found.
+func removeLogged(log hclog.Logger, noise *rateLog, now time.Time, rel, done string, err error) {
+	if err == nil {
+		log.Info(done, "msg", rel)
+		return
+	}
+	ok, n := noise.allow("remove:"+rel, now)
+	if !ok {
+		return
+	}
+	if errors.Is(err, ctlfile.ErrChanged) {
+		log.Warn("a completed message's file is no longer the one read; left alone", "msg", rel, "error", err, "times", n+1)
+		return
+	}
+	log.Error("cannot remove completed message", "msg", rel, "error", err, "times", n+1)
 }

@@ -6,13 +6,14 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"zsched/ctlfile"
 )
 
-func queueMessages(t *testing.T, s *ctlfile.Spool, n int) (rels, ids []string) {
+func queueMessages(t *testing.T, s *ctlfile.Spool, n int) (rels []string, files []ctlfile.Files) {
 	t.Helper()
 	for i := range n {
 		host := fmt.Sprintf("d%d.test", i)
@@ -24,9 +25,9 @@ func queueMessages(t *testing.T, s *ctlfile.Spool, n int) (rels, ids []string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rels, ids = append(rels, rel), append(ids, f.ID)
+		rels, files = append(rels, rel), append(files, f.Files(rel))
 	}
-	return rels, ids
+	return rels, files
 }
 
 // TestRemoverDrainRemovesAll: close(true) returns once every queued
@@ -37,10 +38,10 @@ func TestRemoverDrainRemovesAll(t *testing.T) {
 	if err := s.Init(); err != nil {
 		t.Fatal(err)
 	}
-	rels, ids := queueMessages(t, s, 300)
-	r := newRemover(s, hclog.NewNullLogger())
+	rels, files := queueMessages(t, s, 300)
+	r := newRemover(s, hclog.NewNullLogger(), time.Now, newRateLog(rateEvery))
 	for i := range rels {
-		r.remove(rels[i], ids[i])
+		r.remove(files[i])
 	}
 	r.close(true)
 	got := r.take()
@@ -57,7 +58,7 @@ func TestRemoverDrainRemovesAll(t *testing.T) {
 		if _, err := s.Read(rel); err == nil {
 			t.Errorf("%s still readable", rel)
 		}
-		if _, err := os.Stat(filepath.Join(s.QueueDir(), ctlfile.QueuePath(rel, ids[i]))); err == nil {
+		if _, err := os.Stat(filepath.Join(s.QueueDir(), ctlfile.QueuePath(rel, files[i].ID))); err == nil {
 			t.Errorf("body of %s still there", rel)
 		}
 	}
@@ -70,10 +71,10 @@ func TestRemoverStopLeavesBacklog(t *testing.T) {
 	if err := s.Init(); err != nil {
 		t.Fatal(err)
 	}
-	rels, ids := queueMessages(t, s, 2000)
-	r := newRemover(s, hclog.NewNullLogger())
+	rels, files := queueMessages(t, s, 2000)
+	r := newRemover(s, hclog.NewNullLogger(), time.Now, newRateLog(rateEvery))
 	for i := range rels {
-		r.remove(rels[i], ids[i])
+		r.remove(files[i])
 	}
 	r.close(false)
 	removed := map[string]bool{}

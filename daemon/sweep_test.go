@@ -14,7 +14,7 @@ import (
 func TestRunSweepsEnqueueDebris(t *testing.T) {
 	d := intakeDaemon(t, "", 10, 10, 0, 1, true)
 	root := d.cfg.Scheduler.Postoffice
-	old := time.Now().Add(-2 * tempMaxAge)
+	old := time.Now().Add(-2 * debrisAge)
 	for _, p := range []string{"queue/.new-1", "transport/.2.tmp", "queue/.new-3"} {
 		full := filepath.Join(root, p)
 		if err := os.WriteFile(full, []byte("partial"), 0o644); err != nil {

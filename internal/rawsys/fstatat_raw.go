@@ -36,3 +36,17 @@ func Fstatat(dirfd int, path string, st *unix.Stat_t) error {
 		return e
 	}
 }
+
+// Fstat is fstat(2) of fd, as a raw system call retried on EINTR.
+func Fstat(fd int, st *unix.Stat_t) error {
+	for {
+		_, _, e := syscall.RawSyscall(unix.SYS_FSTAT, uintptr(fd), uintptr(unsafe.Pointer(st)), 0)
+		switch e {
+		case 0:
+			return nil
+		case unix.EINTR:
+			continue
+		}
+		return e
+	}
+}

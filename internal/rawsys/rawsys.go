@@ -1,8 +1,8 @@
 // Package rawsys makes the few system calls of a transport agent's job
-// without telling the Go scheduler: open, read, pread, pwrite, fstatat,
-// close and close_range on local files, and non-blocking reads and writes
-// on the protocol's stdio. The scheduler's reads of control files use the
-// same calls.
+// without telling the Go scheduler: open, read, pread, pwrite, fstat,
+// fstatat, name_to_handle_at, close and close_range on local files, and
+// non-blocking reads and writes on the protocol's stdio. The scheduler's
+// reads of control files use the same calls.
 //
 // A Go system call (syscall.Syscall) marks its P as in a system call and
 // wakes the runtime's monitor thread (sysmon) when it sleeps; sysmon then

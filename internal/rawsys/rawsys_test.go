@@ -177,3 +177,63 @@ func TestFstatat(t *testing.T) {
 		t.Errorf("NUL in the name: %v, want EINVAL", err)
 	}
 }
+
+// Fstat of an open file; NameToHandleAt by name and of the descriptor
+// (AT_EMPTY_PATH) agree, and a file made again under a reused inode number
+// gets another handle.
+func TestFstatAndHandles(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := OpenCwd(p, unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := Fstat(fd, &st); err != nil || st.Size != 10 {
+		t.Fatalf("fstat: %v, size %d", err, st.Size)
+	}
+	var byName, byFD FileHandle
+	if _, err := NameToHandleAt(unix.AT_FDCWD, p, 0, &byName); err != nil {
+		if err == unix.EOPNOTSUPP {
+			t.Skip("no file handles on this filesystem")
+		}
+		t.Fatal(err)
+	}
+	if _, err := NameToHandleAt(fd, "", unix.AT_EMPTY_PATH, &byFD); err != nil {
+		t.Fatal(err)
+	}
+	Close(fd)
+	if byName.Bytes == 0 || byName.Bytes != byFD.Bytes || byName.Data != byFD.Data {
+		t.Fatalf("handles by name %x and by descriptor %x differ", byName.Data[:byName.Bytes], byFD.Data[:byFD.Bytes])
+	}
+	var missing FileHandle
+	if _, err := NameToHandleAt(unix.AT_FDCWD, filepath.Join(dir, "missing"), 0, &missing); err != unix.ENOENT {
+		t.Errorf("missing file: %v, want ENOENT", err)
+	}
+	for range 20 {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var again unix.Stat_t
+		if err := unix.Stat(p, &again); err != nil {
+			t.Fatal(err)
+		}
+		var h FileHandle
+		if _, err := NameToHandleAt(unix.AT_FDCWD, p, 0, &h); err != nil {
+			t.Fatal(err)
+		}
+		if again.Ino == st.Ino {
+			if h.Data == byName.Data {
+				t.Fatalf("inode %d reused with the same handle %x", st.Ino, h.Data[:h.Bytes])
+			}
+			return
+		}
+	}
+	t.Logf("inode %d was not reused in 20 tries: the handles could not be compared", st.Ino)
+}
