@@ -295,7 +295,7 @@ wait:
 		select {
 		case ev := <-c.events:
 			l, err := c.take(ev)
-			if err == nil && kindOf(l) == lineComment {
+			if errors.Is(err, errAside) || err == nil && kindOf(l) == lineComment {
 				continue
 			}
 			c.hold(l, err)

@@ -27,7 +27,10 @@ func skipf(format string, args ...any) error {
 }
 
 var (
-	errExited  = errors.New("the agent exited")
+	errExited = errors.New("the agent exited")
+	// errAside is take's answer for an event that is neither a line of the
+	// protocol stream nor the agent's exit: stderr text, a lingering group.
+	errAside   = errors.New("not a protocol line")
 	errTimeout = errors.New("no answer")
 )
 
@@ -177,14 +180,20 @@ func (c *conv) next(d time.Duration) (string, error) {
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
-	select {
-	case ev := <-c.events:
-		return c.take(ev)
-	case <-timer.C:
-		c.tr.note("no line within %s", d.Round(time.Millisecond))
-		return "", errTimeout
-	case <-c.ctx.Done():
-		return "", c.ctx.Err()
+	for {
+		select {
+		case ev := <-c.events:
+			l, err := c.take(ev)
+			if errors.Is(err, errAside) {
+				continue
+			}
+			return l, err
+		case <-timer.C:
+			c.tr.note("no line within %s", d.Round(time.Millisecond))
+			return "", errTimeout
+		case <-c.ctx.Done():
+			return "", c.ctx.Err()
+		}
 	}
 }
 
@@ -200,6 +209,14 @@ func (c *conv) take(ev agent.Event) (string, error) {
 	case agent.TooLong:
 		c.tr.add("TA>", ev.Line+"…")
 		return "", fmt.Errorf("a line over %d bytes (it begins %q)", agent.MaxLine, ev.Line)
+	case agent.Stderr:
+		// Its own stream (pipes mode): it may come before the stdout
+		// lines written earlier, so it is neither an answer nor the end.
+		c.tr.add("TA2>", ev.Line)
+		return "", errAside
+	case agent.Lingering:
+		c.tr.note("the agent exited; %s processes of its group still run", ev.Line)
+		return "", errAside
 	}
 	c.exited, c.exit, c.exitAt = true, ev, time.Now()
 	c.noteExit()
