@@ -281,6 +281,11 @@ func (r *soakRun) logf(format string, args ...any) {
 }
 
 func (r *soakRun) setup() error {
+	// A second soak in the same directory would count the first one's
+	// deliveries and files as its own (duplicates, orphans).
+	if ents, err := os.ReadDir(r.s.Dir); err == nil && len(ents) > 0 {
+		return fmt.Errorf("soak: work directory %s is not empty: give a new one", r.s.Dir)
+	}
 	r.po = filepath.Join(r.s.Dir, "po")
 	for _, d := range []string{"queue", "transport", "bad"} {
 		if err := os.MkdirAll(filepath.Join(r.po, d), 0o755); err != nil {
