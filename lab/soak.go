@@ -283,8 +283,10 @@ func (r *soakRun) logf(format string, args ...any) {
 func (r *soakRun) setup() error {
 	// A second soak in the same directory would count the first one's
 	// deliveries and files as its own (duplicates, orphans).
-	if ents, err := os.ReadDir(r.s.Dir); err == nil && len(ents) > 0 {
-		return fmt.Errorf("soak: work directory %s is not empty: give a new one", r.s.Dir)
+	for _, name := range []string{"po", "delivered.log"} {
+		if _, err := os.Lstat(filepath.Join(r.s.Dir, name)); err == nil {
+			return fmt.Errorf("soak: work directory %s holds an earlier soak's %s: give a new one", r.s.Dir, name)
+		}
 	}
 	r.po = filepath.Join(r.s.Dir, "po")
 	for _, d := range []string{"queue", "transport", "bad"} {
