@@ -135,7 +135,9 @@ func (s *Scheduler) reclaim(ok func(*agent) bool) {
 	for _, r := range s.rings {
 		for _, in := range r.Idle {
 			a := s.agents[in.Agent]
-			if ok(a) && (oldest == nil || in.Since.Before(since)) {
+			// Agents idle since the same instant go by id, not by the
+			// order the rings' map is walked in.
+			if ok(a) && (oldest == nil || in.Since.Before(since) || in.Since.Equal(since) && a.id < oldest.id) {
 				oldest, since = a, in.Since
 			}
 		}
@@ -474,8 +476,9 @@ func (s *Scheduler) kill(a *agent, reason string, now time.Time) {
 // sweepAgents kills busy agents silent past jobtimeout and ends idle ones
 // past idlemax, then sets the next sweep to the earliest deadline left, so
 // the core wakes only when an agent can be due (feeding and parking lower
-// it through watch). An agent told to end but still holding jobs is
-// watched too: it may hang as well as any.
+// it through watch, also while the sweep runs: a kill may start and feed
+// an agent the walk does not see). An agent told to end but still holding
+// jobs is watched too: it may hang as well as any.
 func (s *Scheduler) sweepAgents(now time.Time) {
 	var next time.Time
 	later := func(at time.Time) {
@@ -483,6 +486,7 @@ func (s *Scheduler) sweepAgents(now time.Time) {
 			next = at
 		}
 	}
+	s.nextSweep = time.Time{}
 	var silent, idlers []*agent
 	for _, a := range s.agents {
 		if a.clause < 0 || a.killed {
@@ -518,7 +522,9 @@ func (s *Scheduler) sweepAgents(now time.Time) {
 		a.ring.Forget(a.id)
 		s.end(a, "idlemax")
 	}
-	s.nextSweep = next
+	if !next.IsZero() {
+		s.watch(next)
+	}
 }
 
 // Silent returns, by id, the agents a Tick at now would kill for silence

@@ -95,7 +95,9 @@ func (s *Scheduler) Check(now time.Time) error {
 		if t.Ready.Len() > 0 && t.BackingOff(now) && t.WakeIndex < 0 {
 			return fmt.Errorf("thread %s/%s backs off with ready work but no timer", k.Channel, k.Host)
 		}
-		if t.Window.Dead() && !t.BackingOff(now) && t.Ready.Len() > 0 {
+		// At the very instant its retry time comes, an event may be
+		// handled before the Tick that revives it: its timer is due.
+		if t.Window.Dead() && !t.BackingOff(now) && t.Ready.Len() > 0 && (t.WakeIndex < 0 || t.Wake.After(now)) {
 			return fmt.Errorf("thread %s/%s: dead past its retry time with ready work", k.Channel, k.Host)
 		}
 		r := s.rings[s.ringKey(t)]

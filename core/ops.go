@@ -1,9 +1,12 @@
 package core
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -605,12 +608,15 @@ func (s *Scheduler) lookup(id string) *vertex.Message {
 			return nil
 		}
 	}
+	// Body names are unique in a queue; should two messages share one,
+	// the first to arrive is the one named, whatever the map's order.
+	var found *vertex.Message
 	for _, m := range s.msgs {
-		if m.ID == id || m.Path == id {
-			return m
+		if (m.ID == id || m.Path == id) && (found == nil || m.Seq < found.Seq) {
+			found = m
 		}
 	}
-	return nil
+	return found
 }
 
 // ctlName reports whether id has the form of a control file's path under
@@ -862,11 +868,17 @@ func (s *Scheduler) ReleaseMessage(now time.Time, id string) error {
 // sweepHeld expires vertices of held messages past arrival+expiry+expiry2:
 // they are in no heap, so the ordinary sweep does not see them.
 func (s *Scheduler) sweepHeld(now time.Time) {
+	held := make([]*vertex.Message, 0, len(s.heldMsgs))
 	for inum, m := range s.heldMsgs {
 		if s.msgs[inum] != m || !m.Held {
 			delete(s.heldMsgs, inum)
 			continue
 		}
+		held = append(held, m)
+	}
+	// Effects in message order, whatever the map's.
+	slices.SortFunc(held, func(a, b *vertex.Message) int { return cmp.Compare(a.Seq, b.Seq) })
+	for _, m := range held {
 		for _, v := range append([]*vertex.Vertex(nil), m.Vertices...) {
 			if _, exp2 := s.deadlines(v); v.Queued() || v.Agent != 0 || !expired(exp2, now) {
 				continue
@@ -1193,7 +1205,7 @@ func (s *Scheduler) Reconfigure(now time.Time, cfg *config.Config) error {
 	}
 	// Idle agents beyond a lowered maxring go first; busy ones leave as
 	// they finish (next).
-	for _, r := range s.rings {
+	for _, r := range sortedRings(s.rings) {
 		c := &cfg.Clauses[r.Clause]
 		for r.Agents-s.ending(r) > c.MaxRing && len(r.Idle) > 0 {
 			id := r.Idle[0].Agent
@@ -1257,6 +1269,17 @@ func sortedThreads(m map[thread.Key]*thread.Thread) []*thread.Thread {
 	return ts
 }
 
+func sortedRings(m map[ring.Key]*ring.Ring) []*ring.Ring {
+	rs := make([]*ring.Ring, 0, len(m))
+	for _, r := range m {
+		rs = append(rs, r)
+	}
+	slices.SortFunc(rs, func(a, b *ring.Ring) int {
+		return cmp.Or(cmp.Compare(a.Clause, b.Clause), cmp.Compare(a.Channel, b.Channel), cmp.Compare(a.Host, b.Host))
+	})
+	return rs
+}
+
 func sortedAgents(m map[int]*agent) []*agent {
 	as := make([]*agent, 0, len(m))
 	for _, a := range m {
@@ -1312,7 +1335,7 @@ func (s *Scheduler) logChanges(old, cfg *config.Config) {
 			s.log.Info("reload: clause changed", "select", c.Select, "key", d[0], "from", d[1], "to", d[2])
 		}
 	}
-	for sel := range was {
+	for _, sel := range slices.Sorted(maps.Keys(was)) {
 		if !seen[sel] {
 			s.log.Info("reload: clause removed", "select", sel)
 		}

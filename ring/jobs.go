@@ -188,8 +188,12 @@ func (r *Ring) Configure(ranked bool, k Knobs) {
 	js.ranked, js.k = ranked, k
 	switch {
 	case js.indexing() && !was:
-		for _, j := range js.byMsg {
-			js.sync(j)
+		// Every job has its home node on the list: list order, not the
+		// map's.
+		for n := js.list.head; n != nil; n = n.next {
+			if n == &n.job.home {
+				js.sync(n.job)
+			}
 		}
 	case was && !js.indexing():
 		js.dropIndex()

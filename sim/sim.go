@@ -124,6 +124,7 @@ type Sim struct {
 	Busy     map[string]int
 	PeakBusy map[string]int
 
+	log     hclog.Logger
 	events  eventQueue
 	seq     uint64
 	nextIn  int64
@@ -139,10 +140,21 @@ type JobLine struct {
 	Host  string
 }
 
-// New returns a simulation of cfg with the given behaviour.
+// New returns a simulation of cfg with the given behaviour; the core logs
+// nowhere.
 func New(cfg *config.Config, b Behavior, seed int64) *Sim {
+	return NewLogged(cfg, b, seed, nil)
+}
+
+// NewLogged is New with the core logging to log (tests pass one that
+// writes to t.Log), also after a Restart.
+func NewLogged(cfg *config.Config, b Behavior, seed int64, log hclog.Logger) *Sim {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
 	return &Sim{
-		Core:      core.New(cfg, hclog.NewNullLogger(), rand.New(rand.NewSource(seed))),
+		log:       log,
+		Core:      core.New(cfg, log, rand.New(rand.NewSource(seed))),
 		Now:       Epoch,
 		Behavior:  b,
 		Msgs:      make(map[int64]*Msg),
@@ -544,8 +556,16 @@ func (s *Sim) Do(f func(now time.Time)) {
 // core (cfg, seed) reads every message with pending recipients again, with
 // its original arrival time, in arrival order. A message whose d lines
 // include a delay warning arrives as warned, as the daemon reads it.
-func (s *Sim) Restart(cfg *config.Config, seed int64) {
-	s.Core = core.New(cfg, hclog.NewNullLogger(), rand.New(rand.NewSource(seed)))
+func (s *Sim) Restart(cfg *config.Config, seed int64) { s.RestartFrom(cfg, seed, nil) }
+
+// RestartFrom is Restart with the destination state the old core had
+// learned (Destinations) given to the new one before it reads the queue,
+// as the daemon does with its state file.
+func (s *Sim) RestartFrom(cfg *config.Config, seed int64, learned []core.Destination) {
+	s.Core = core.New(cfg, s.log, rand.New(rand.NewSource(seed)))
+	if len(learned) > 0 {
+		s.Core.Learn(s.Now, learned)
+	}
 	s.events = nil
 	s.Agents = make(map[int]*Agent)
 	clear(s.Busy)

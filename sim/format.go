@@ -1,0 +1,86 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"zsched/core"
+)
+
+// Format returns a batch of the core's actions as text, one action a line
+// in the batch's order, every field shown and times given from Epoch: the
+// form the scenario scripts print and the replay test compares byte for
+// byte.
+func Format(r *core.Ready) string {
+	var b strings.Builder
+	for _, sp := range r.Spawns {
+		fmt.Fprintf(&b, "spawn a%d clause=%d %s", sp.Agent, sp.Clause, sp.Channel)
+		if sp.Host != "" {
+			b.WriteString("/" + sp.Host)
+		}
+		b.WriteByte('\n')
+	}
+	for _, w := range r.Writes {
+		fmt.Fprintf(&b, "write a%d %q", w.Agent, w.Line)
+		if !w.Due.IsZero() {
+			b.WriteString(" due=" + At(w.Due))
+		}
+		b.WriteByte('\n')
+	}
+	for _, st := range r.Stops {
+		verb := "end"
+		if st.Kill {
+			verb = "kill"
+		}
+		fmt.Fprintf(&b, "%s a%d: %s\n", verb, st.Agent, st.Reason)
+	}
+	for _, d := range r.Diags {
+		fmt.Fprintf(&b, "diag %s @%d %q: %s\n", d.Path, d.Offset, d.Notary.String(), d.Text)
+	}
+	for _, o := range r.Outcomes {
+		fmt.Fprintf(&b, "outcome %s @%d %s %s/%s", o.Path, o.Offset, o.User, o.Channel, o.Host)
+		if o.Agent != 0 {
+			fmt.Fprintf(&b, " a%d", o.Agent)
+		}
+		fmt.Fprintf(&b, " %s attempts=%d delay=%s", o.Status, o.Attempts, o.Delay)
+		if !o.Next.IsZero() {
+			b.WriteString(" next=" + At(o.Next))
+		}
+		if o.Text != "" {
+			fmt.Fprintf(&b, " %q", o.Text)
+		}
+		b.WriteByte('\n')
+	}
+	for _, c := range r.Completes {
+		b.WriteString("complete " + c.Path)
+		for _, f := range []struct {
+			on   bool
+			name string
+		}{{c.Diags, "diags"}, {c.Bounce, "bounce"}, {c.Killed, "killed"}} {
+			if f.on {
+				b.WriteString(" " + f.name)
+			}
+		}
+		b.WriteByte('\n')
+	}
+	for _, rr := range r.Rereads {
+		b.WriteString("reread " + rr.Path + "\n")
+	}
+	for _, d := range r.DSNs {
+		b.WriteString("dsn " + d.Path + "\n")
+	}
+	return b.String()
+}
+
+// At returns t as the time since Epoch ("+1h30m0s"), "-" for the zero time.
+func At(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := t.Sub(Epoch)
+	if d < 0 {
+		return d.String()
+	}
+	return "+" + d.String()
+}
