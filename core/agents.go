@@ -262,6 +262,7 @@ func (s *Scheduler) next(a *agent, now time.Time) {
 
 // AgentLine handles one line from an agent.
 func (s *Scheduler) AgentLine(now time.Time, id int, line string) {
+	s.event("AgentLine")
 	a, ok := s.agents[id]
 	if !ok {
 		return
@@ -315,6 +316,7 @@ func (s *Scheduler) garbage(a *agent, now time.Time, why, line string) {
 // AgentTooLong handles an agent line over the protocol's limit: the agent
 // is killed and its work rescheduled.
 func (s *Scheduler) AgentTooLong(now time.Time, id int) {
+	s.event("AgentTooLong")
 	if a, ok := s.agents[id]; ok {
 		s.stats.Garbage++
 		s.kill(a, "line over "+strconv.Itoa(report.MaxLine)+" bytes", now)
@@ -393,6 +395,7 @@ func (s *Scheduler) park(a *agent, now time.Time) {
 // outstanding, not killed by us, is a transport failure: its jobs count as
 // negative feedback and its ring is throttled (throttle.go).
 func (s *Scheduler) AgentExited(now time.Time, id int, why string) {
+	s.event("AgentExited")
 	a, ok := s.agents[id]
 	if !ok {
 		return
@@ -553,6 +556,7 @@ func (s *Scheduler) Silent(now time.Time) []int {
 // they are gone. It takes no more work; with none outstanding its group is
 // killed, else jobtimeout watches it as it watches any busy agent.
 func (s *Scheduler) AgentLingers(now time.Time, id int) {
+	s.event("AgentLingers")
 	a, ok := s.agents[id]
 	if !ok || a.killed {
 		return

@@ -179,12 +179,9 @@ func (ds *destinations) down(i int) bool {
 }
 
 // Destinations returns the learned state of every destination that has
-// any, sorted by channel and host, and forgets state too old to keep:
-// the threads in core (Updated is now) and the learned entries, at most
-// learned_max.
+// any, sorted by channel and host, without state too old to keep. It
+// changes nothing: Tick forgets what is stale.
 func (s *Scheduler) Destinations(now time.Time) []Destination {
-	s.dests.expire(now)
-	s.dests.trim(s.cfg.Scheduler.LearnedMax)
 	ds := make([]Destination, 0, len(s.threads)+s.dests.len())
 	for _, t := range s.threads { // sorted below
 		if t.Window.Fresh() {
@@ -197,7 +194,9 @@ func (s *Scheduler) Destinations(now time.Time) []Destination {
 		ds = append(ds, d)
 	}
 	for _, l := range s.dests.heap {
-		ds = append(ds, l.d)
+		if !s.stale(l.d, now) {
+			ds = append(ds, l.d)
+		}
 	}
 	slices.SortFunc(ds, func(a, b Destination) int {
 		return cmp.Or(cmp.Compare(a.Channel, b.Channel), cmp.Compare(a.Host, b.Host))
@@ -210,6 +209,7 @@ func (s *Scheduler) Destinations(now time.Time) []Destination {
 // thread exists already takes it at once, others when their thread is
 // created. It returns how many destinations were restored.
 func (s *Scheduler) Learn(now time.Time, ds []Destination) int {
+	s.event("Learn")
 	n := 0
 	for _, d := range ds {
 		if s.stale(d, now) {
@@ -229,13 +229,19 @@ func (s *Scheduler) Learn(now time.Time, ds []Destination) int {
 	return n
 }
 
-// recall gives a new thread what was learned about its destination. It
-// does not look at the age of what it finds: Destinations, which the
-// daemon calls every half minute to save the state, forgets stale entries.
-func (s *Scheduler) recall(t *thread.Thread) {
-	if d, ok := s.dests.take([2]string{t.Channel, t.Host}); ok {
+// recall gives a new thread what was learned about its destination, unless
+// it is too old to keep (Tick forgets such state only at its expiry sweep).
+func (s *Scheduler) recall(t *thread.Thread, now time.Time) {
+	if d, ok := s.dests.take([2]string{t.Channel, t.Host}); ok && !s.stale(d, now) {
 		restore(t, d)
 	}
+}
+
+// forgetStale drops learned state too old to keep and entries beyond
+// learned_max (Tick, at the expiry sweep's pace).
+func (s *Scheduler) forgetStale(now time.Time) {
+	s.dests.expire(now)
+	s.dests.trim(s.cfg.Scheduler.LearnedMax)
 }
 
 func restore(t *thread.Thread, d Destination) {

@@ -787,6 +787,7 @@ func (s *Scheduler) Shape(now time.Time, buckets []time.Duration, top int) []Sha
 // for the destination is held too. Agents on it finish their current jobs.
 // It reports whether a thread was in core.
 func (s *Scheduler) HoldThread(now time.Time, channel, host string) bool {
+	s.event("HoldThread")
 	host = strings.ToLower(host)
 	s.holds[[2]string{channel, host}] = true
 	t := s.findThread(channel, host)
@@ -800,6 +801,7 @@ func (s *Scheduler) HoldThread(now time.Time, channel, host string) bool {
 
 // ReleaseThread ends a destination hold; it reports whether there was one.
 func (s *Scheduler) ReleaseThread(now time.Time, channel, host string) bool {
+	s.event("ReleaseThread")
 	host = strings.ToLower(host)
 	k := [2]string{channel, host}
 	was := s.holds[k]
@@ -819,6 +821,7 @@ func (s *Scheduler) ReleaseThread(now time.Time, channel, host string) bool {
 // ReleaseMessage; vertices with an agent now finish their attempt first and
 // are then held. Held vertices still expire.
 func (s *Scheduler) HoldMessage(now time.Time, id string) error {
+	s.event("HoldMessage")
 	m := s.lookup(id)
 	if m == nil {
 		return fmt.Errorf("%w: %q", ErrNoMessage, id)
@@ -842,6 +845,7 @@ func (s *Scheduler) HoldMessage(now time.Time, id string) error {
 
 // ReleaseMessage ends a message hold.
 func (s *Scheduler) ReleaseMessage(now time.Time, id string) error {
+	s.event("ReleaseMessage")
 	m := s.lookup(id)
 	if m == nil {
 		return fmt.Errorf("%w: %q", ErrNoMessage, id)
@@ -899,6 +903,7 @@ func (s *Scheduler) sweepHeld(now time.Time) {
 // alone. Only the first word of name counts; case does not. It returns how
 // many threads started.
 func (s *Scheduler) Turn(now time.Time, name string) int {
+	s.event("Turn")
 	name = strings.ToLower(strings.TrimSpace(name))
 	if i := strings.IndexAny(name, " \t"); i >= 0 {
 		name = name[:i]
@@ -942,6 +947,7 @@ func (s *Scheduler) Turn(now time.Time, name string) int {
 // channel means all its hosts. Queueonly threads stay waiting for ETRN.
 // It returns how many threads matched.
 func (s *Scheduler) Flush(now time.Time, sel string) (int, error) {
+	s.event("Flush")
 	chSrc, hostSrc := "*", "*"
 	if sel = strings.TrimSpace(sel); sel != "" {
 		chSrc, hostSrc, _ = strings.Cut(sel, "/")
@@ -1003,6 +1009,7 @@ func (s *Scheduler) redue(t *thread.Thread, now time.Time) {
 // (Ready.Completes with Killed set): no DSN is sent. Agents working on it
 // finish their attempt unheard.
 func (s *Scheduler) Kill(now time.Time, id string) error {
+	s.event("Kill")
 	m := s.lookup(id)
 	if m == nil {
 		return fmt.Errorf("%w: %q", ErrNoMessage, id)
@@ -1016,7 +1023,10 @@ func (s *Scheduler) Kill(now time.Time, id string) error {
 
 // Quiesce stops all feeding for shutdown: no agent is started or given a
 // job from now on; reports are still taken.
-func (s *Scheduler) Quiesce() { s.quiet = true }
+func (s *Scheduler) Quiesce() {
+	s.event("Quiesce")
+	s.quiet = true
+}
 
 // --- reload ---
 
@@ -1034,6 +1044,7 @@ func (s *Scheduler) Quiesce() { s.quiet = true }
 // would be routed by no clause is refused with an error wrapping ErrReload
 // and nothing changes.
 func (s *Scheduler) Reconfigure(now time.Time, cfg *config.Config) error {
+	s.event("Reconfigure")
 	// Refuse before changing anything.
 	var unrouted []string
 	newClause := make(map[*thread.Thread]int, len(s.threads))
@@ -1070,6 +1081,7 @@ func (s *Scheduler) Reconfigure(now time.Time, cfg *config.Config) error {
 	old := s.cfg
 	s.logChanges(old, cfg)
 	s.cfg = cfg
+	s.dests.trim(cfg.Scheduler.LearnedMax) // a lowered learned_max
 	clear(s.clauses)
 	// Ring keys change, and the operator may have fixed a command.
 	s.forgetThrottles()
@@ -1232,7 +1244,7 @@ func (s *Scheduler) Reconfigure(now time.Time, cfg *config.Config) error {
 		}
 		routed++
 		v.Clause = ci
-		t := s.thread(ci, v.Channel, v.Host)
+		t := s.thread(ci, v.Channel, v.Host, now)
 		v.Dest = &t.Key
 		s.orderAdd(s.ring(t), v.Msg, []*vertex.Vertex{v}, now)
 		t.Vertices++

@@ -598,6 +598,7 @@ func (x *bench) step(stop int) {
 			delete(x.offsets, c.Inum)
 			x.arrive(size)
 		}
+		x.s.Advance()
 		if len(x.lines) == 0 || (stop >= 0 && x.fed >= stop) {
 			return
 		}

@@ -268,6 +268,7 @@ func inumOf(path string) (int64, bool) {
 // arrival (the file vanished, or a live lock) drops the message from core;
 // the caller's scan brings it back if it still exists.
 func (s *Scheduler) Reread(now time.Time, inum int64, a *Arrival) {
+	s.answer(inum)
 	m := s.msgs[inum]
 	if m == nil {
 		return

@@ -126,9 +126,19 @@ type Scheduler struct {
 
 	stats   Counters
 	latency Latency
-	ready   Ready
-	spare   Ready       // the batch Ready returned last: its slices are reused
 	picker  orderPicker // the rings' view of the threads (order.go)
+
+	// The batches (Ready, Advance): ready collects the effects of the
+	// events since the batch in hand was taken; inHand is that batch, its
+	// slices the caller's until Advance; spare holds emptied slices for the
+	// next batch. owed counts the re-reads of the batch in hand not yet
+	// answered through Reread, answered marks which.
+	ready    Ready
+	inHand   Ready
+	spare    Ready
+	taken    bool
+	owed     int
+	answered []bool
 
 	// Operator state (ops.go): destination holds by (channel, host), which
 	// outlive their threads; held messages, whose vertices sit in no heap;
@@ -181,17 +191,70 @@ func New(cfg *config.Config, log hclog.Logger, rng *rand.Rand) *Scheduler {
 	}
 }
 
-// Ready returns the effects of the events since the last call. Its slices
-// are the core's: they stay valid while the caller carries them out, other
-// calls into the core included, until the next call of Ready, which reuses
-// them (a caller that keeps actions longer copies them). Reuse is what
-// makes a dispatch allocate no action slices: under load Ready is called
-// for every batch of agent lines.
+// HasReady reports whether events since the batch in hand was taken (or
+// since the last Advance) have effects for a new batch.
+func (s *Scheduler) HasReady() bool { return !s.ready.Empty() }
+
+// Ready returns the effects of the events since the last batch was taken,
+// and hands that batch to the caller until Advance: its slices stay valid
+// and unchanged while the caller carries it out, other calls into the core
+// included, whose effects go to the next batch. Calling Ready again before
+// Advance is a broken invariant and panics.
+//
+// The batch's Rereads must each be answered through Reread before any
+// other event is fed to the core, and before Advance: an event that comes
+// first, or an Advance with a re-read unanswered, panics.
 func (s *Scheduler) Ready() Ready {
+	if s.taken {
+		panic("core: Ready called again before Advance")
+	}
 	r := s.ready
-	s.ready = s.spare.reuse()
-	s.spare = r
+	s.ready, s.spare = s.spare, Ready{}
+	s.inHand, s.taken = r, true
+	s.owed = len(r.Rereads)
+	s.answered = append(s.answered[:0], make([]bool, len(r.Rereads))...)
 	return r
+}
+
+// Advance tells the core that the batch from Ready was carried out: its
+// slices are the core's again, and the next batch reuses them (a caller
+// that keeps actions longer copies them). Reuse is what makes a dispatch
+// allocate no action slices: under load a batch is taken for every turn
+// of agent lines. Advance without a batch in hand, or with one of its
+// re-reads unanswered, is a broken invariant and panics.
+func (s *Scheduler) Advance() {
+	if !s.taken {
+		panic("core: Advance without a batch from Ready")
+	}
+	if s.owed > 0 {
+		panic("core: Advance before the batch's re-reads were answered through Reread")
+	}
+	s.spare = s.inHand.reuse()
+	s.inHand, s.taken = Ready{}, false
+}
+
+// event checks, as an event begins, that the caller answered the re-reads
+// of the batch in hand: an event handled between a file's re-read request
+// and its answer could feed recipients whose stale locks are not reset yet.
+func (s *Scheduler) event(name string) {
+	if s.owed > 0 {
+		panic("core: " + name + " before the batch's re-reads were answered through Reread")
+	}
+}
+
+// answer notes the re-read of inum answered, if the batch in hand asked for
+// it and it was not answered yet.
+func (s *Scheduler) answer(inum int64) {
+	if s.owed == 0 {
+		return
+	}
+	for i, rr := range s.inHand.Rereads {
+		if rr.Inum == inum && !s.answered[i] {
+			s.answered[i] = true
+			s.owed--
+			return
+		}
+	}
 }
 
 // readyKeep bounds the slices Ready keeps for reuse: a burst (a scan that
@@ -274,6 +337,7 @@ func (s *Scheduler) clause(i int) *config.Clause { return &s.cfg.Clauses[i] }
 
 // Arrive places a control file's pending recipients into threads and rings.
 func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
+	s.event("Arrive")
 	if _, dup := s.msgs[a.Inum]; dup {
 		return ErrDuplicate
 	}
@@ -312,7 +376,7 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 			s.unmatched = append(s.unmatched, v)
 			continue
 		}
-		t := s.thread(ci, g.Channel, host)
+		t := s.thread(ci, g.Channel, host, now)
 		// The thread's key, not the control file's strings: one copy per
 		// destination in core instead of one per vertex (DESIGN §8).
 		v := vertex.New(m, &t.Key, g.Rcpts)
@@ -352,7 +416,7 @@ const maxClauseCache = 1 << 16
 
 // thread finds or creates the thread and ring for a vertex: map lookups,
 // never scans.
-func (s *Scheduler) thread(ci int, channel, host string) *thread.Thread {
+func (s *Scheduler) thread(ci int, channel, host string, now time.Time) *thread.Thread {
 	k := thread.Key{Clause: ci, Channel: channel, Host: host}
 	if t, ok := s.threads[k]; ok {
 		return t
@@ -361,7 +425,7 @@ func (s *Scheduler) thread(ci int, channel, host string) *thread.Thread {
 	t := thread.New(k, thread.NewWindow(c))
 	t.QueueOnly = c.QueueOnly
 	t.Held = s.holds[[2]string{channel, host}]
-	s.recall(t)
+	s.recall(t, now)
 	s.threads[k] = t
 	r := s.ring(t)
 	r.Threads++
@@ -443,6 +507,7 @@ func (s *Scheduler) threadOf(v *vertex.Vertex) *thread.Thread {
 // Tick handles timers: threads whose time has come, job timeouts, idle
 // reaping and the expiry sweep.
 func (s *Scheduler) Tick(now time.Time) {
+	s.event("Tick")
 	for len(s.timers) > 0 && !s.timers[0].Wake.After(now) {
 		t := s.timers[0]
 		s.timers.set(t, time.Time{})
@@ -457,6 +522,7 @@ func (s *Scheduler) Tick(now time.Time) {
 		s.nextExpiry = now.Add(s.expiryEvery())
 		s.sweepExpiry(now)
 		s.sweepHeld(now)
+		s.forgetStale(now)
 	}
 	if len(s.blocked) > 0 {
 		s.unblock(now)

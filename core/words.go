@@ -92,6 +92,7 @@ func resyncWords(w *words) *limiter    { return &w.resync }
 // AgentStderr handles one line from an agent's own stderr stream (pipes
 // mode): its words, logged, not protocol.
 func (s *Scheduler) AgentStderr(now time.Time, id int, line string) {
+	s.event("AgentStderr")
 	a, ok := s.agents[id]
 	if !ok {
 		return

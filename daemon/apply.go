@@ -23,13 +23,8 @@ const maxBacklog = 1 << 20
 // apply carries out the core's actions until it has none left (re-reads
 // feed results back, which may produce more).
 func (d *Daemon) apply() {
-	for {
+	for d.core.HasReady() {
 		r := d.core.Ready()
-		if r.Empty() {
-			// The outcome lines and throttles of exited agents are out.
-			clear(d.gone)
-			return
-		}
 		var failed []failedStart
 		for _, sp := range r.Spawns {
 			if err := d.spawn(sp); err != nil {
@@ -81,23 +76,9 @@ func (d *Daemon) apply() {
 		}
 		now := d.now()
 		for _, rr := range r.Rereads {
-			f, err := d.spool.Reread(rr.Path)
-			if err != nil {
-				if !errors.Is(err, ctlfile.ErrNotFound) {
-					d.log.Warn("re-reading control file", "msg", rr.Path, "error", err)
-				}
-				d.core.Reread(now, rr.Inum, nil)
-				continue
-			}
-			// Lines a live agent holds are still pending for the core.
-			for i := range f.Rcpts {
-				if f.Rcpts[i].Status == ctlfile.Locked {
-					f.Rcpts[i].Status = ctlfile.Pending
-				}
-			}
-			a := arrival(rr.Path, f)
-			d.core.Reread(now, rr.Inum, &a)
+			d.reread(now, rr)
 		}
+		d.core.Advance()
 		for _, f := range failed {
 			// Logged once per throttle, with the error as the agent's last
 			// words (core/throttle.go), not once per start.
@@ -109,6 +90,29 @@ func (d *Daemon) apply() {
 			d.core.AgentExited(now, f.id, "start failed: "+f.err.Error())
 		}
 	}
+	// The outcome lines and throttles of exited agents are out.
+	clear(d.gone)
+}
+
+// reread reads a control file again, as the core asked, and gives the core
+// the result (every re-read of a batch is answered before the next event).
+func (d *Daemon) reread(now time.Time, rr core.Reread) {
+	f, err := d.spool.Reread(rr.Path)
+	if err != nil {
+		if !errors.Is(err, ctlfile.ErrNotFound) {
+			d.log.Warn("re-reading control file", "msg", rr.Path, "error", err)
+		}
+		d.core.Reread(now, rr.Inum, nil)
+		return
+	}
+	// Lines a live agent holds are still pending for the core.
+	for i := range f.Rcpts {
+		if f.Rcpts[i].Status == ctlfile.Locked {
+			f.Rcpts[i].Status = ctlfile.Pending
+		}
+	}
+	a := arrival(rr.Path, f)
+	d.core.Reread(now, rr.Inum, &a)
 }
 
 // write hands each agent its lines in one call, in order, so that they

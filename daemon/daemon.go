@@ -345,21 +345,24 @@ func (d *Daemon) shutdown() error {
 // applyLog carries out only what is safe during shutdown: outcome logs, d
 // lines, messages completed by the last reports (and killed ones), and
 // re-reads of files a dead agent held (which reset its stale locks on
-// disk); no new agents, no new work.
+// disk, and are answered to the core as in apply); no new agents, no new
+// work.
 func (d *Daemon) applyLog() {
-	r := d.core.Ready()
-	d.diags(r.Diags)
-	for _, o := range r.Outcomes {
-		d.logOutcome(o)
-	}
-	for _, c := range r.Completes {
-		d.left(c.Inum)
-		d.finish(c)
-	}
-	for _, rr := range r.Rereads {
-		if _, err := d.spool.Reread(rr.Path); err != nil && !errors.Is(err, ctlfile.ErrNotFound) {
-			d.log.Warn("re-reading control file", "msg", rr.Path, "error", err)
+	for d.core.HasReady() {
+		r := d.core.Ready()
+		d.diags(r.Diags)
+		for _, o := range r.Outcomes {
+			d.logOutcome(o)
 		}
+		for _, c := range r.Completes {
+			d.left(c.Inum)
+			d.finish(c)
+		}
+		now := d.now()
+		for _, rr := range r.Rereads {
+			d.reread(now, rr)
+		}
+		d.core.Advance()
 	}
 	clear(d.gone)
 }

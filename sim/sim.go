@@ -271,11 +271,8 @@ func (s *Sim) post(at time.Time, agent int, line string, exit bool) {
 
 // apply carries out the core's actions.
 func (s *Sim) apply() {
-	for {
+	for s.Core.HasReady() {
 		r := s.Core.Ready()
-		if r.Empty() {
-			break
-		}
 		for _, d := range r.Diags {
 			if m := s.Msgs[d.Inum]; m != nil {
 				m.Diags = append(m.Diags, d)
@@ -340,6 +337,7 @@ func (s *Sim) apply() {
 			a := s.arrival(m)
 			s.Core.Reread(s.Now, rr.Inum, &a)
 		}
+		s.Core.Advance()
 	}
 	if s.Check {
 		if err := s.Core.Check(s.Now); err != nil {
