@@ -56,7 +56,7 @@ func (s *Scheduler) obtain(r *ring.Ring, t *thread.Thread, now time.Time) *agent
 		// throttle serves the ring.
 		t.LastText = "transport unavailable"
 		return nil
-	case r.Agents >= c.MaxRing:
+	case r.Agents() >= c.MaxRing:
 		// The ring's own agents will come to t when they finish their
 		// threads; nothing outside the ring can help.
 		t.LastText = ">MaxRing"
@@ -91,7 +91,7 @@ func (s *Scheduler) obtain(r *ring.Ring, t *thread.Thread, now time.Time) *agent
 	s.transportStarted(r, a)
 	s.total++
 	s.perChannel[a.channel]++
-	r.Agents++
+	r.AddAgent()
 	s.stats.Spawned++
 	s.ready.Spawns = append(s.ready.Spawns, Spawn{Agent: a.id, Clause: t.Clause, Channel: t.Channel, Host: r.Host})
 	return a
@@ -113,8 +113,8 @@ func (s *Scheduler) forkAllowed(now time.Time) bool {
 }
 
 func (s *Scheduler) block(r *ring.Ring) {
-	if !r.Blocked {
-		r.Blocked = true
+	if !r.Blocked() {
+		r.SetBlocked(true)
 		s.blocked = append(s.blocked, r)
 	}
 }
@@ -133,7 +133,7 @@ func (s *Scheduler) reclaim(ok func(*agent) bool) {
 	var oldest *agent
 	var since time.Time
 	for _, r := range s.rings {
-		for _, in := range r.Idle {
+		for in := range r.Idle() {
 			a := s.agents[in.Agent]
 			// Agents idle since the same instant go by id, not by the
 			// order the rings' map is walked in.
@@ -143,7 +143,7 @@ func (s *Scheduler) reclaim(ok func(*agent) bool) {
 		}
 	}
 	if oldest != nil {
-		oldest.ring.Forget(oldest.id)
+		oldest.ring.RemoveIdle(oldest.id)
 		s.end(oldest, "idle agent reclaimed for a blocked ring")
 	}
 }
@@ -155,14 +155,14 @@ func (s *Scheduler) unblock(now time.Time) {
 	for n := len(s.blocked); n > 0 && len(s.blocked) > 0; n-- {
 		r := s.blocked[0]
 		s.blocked = s.blocked[1:]
-		r.Blocked = false
+		r.SetBlocked(false)
 		got := s.serve(r, now, 1)
 		if got == 0 && s.transportClosed(r, now) {
 			// Not the limit's fault: the slot goes to the next ring, and
 			// the end of the back-off serves this one.
 			continue
 		}
-		if r.Wanting() > 0 && !r.Blocked {
+		if r.Wanting() > 0 && !r.Blocked() {
 			// Served (or not blocked any more): back of the queue for the
 			// next free slot.
 			if got > 0 {
@@ -219,13 +219,13 @@ func (s *Scheduler) feed(a *agent, now time.Time) {
 			s.watch(a.heard.Add(c.JobTimeout.D()))
 		}
 		line := v.Msg.Path
-		if !a.ring.HostBound {
+		if !a.ring.HostBound() {
 			line += "\t" + v.Host
 		}
 		s.ready.Writes = append(s.ready.Writes, Write{Agent: a.id, Line: line, Due: due})
 	}
 	s.ring(t).Update(t, now)
-	s.timers.set(t, t.NextWake(now))
+	s.timers.SetWake(t, t.NextWake(now))
 }
 
 // next finds more work for an agent with nothing outstanding: the best
@@ -241,7 +241,7 @@ func (s *Scheduler) next(a *agent, now time.Time) {
 	if a.state == ending {
 		return
 	}
-	if c := s.clause(a.clause); a.ring.Agents > c.MaxRing && a.ring.Agents-s.ending(a.ring) > c.MaxRing {
+	if c := s.clause(a.clause); a.ring.Agents() > c.MaxRing && a.ring.Agents()-s.ending(a.ring) > c.MaxRing {
 		// maxring was lowered by a reload: the ring shrinks as agents
 		// come free.
 		s.end(a, "ring over maxring")
@@ -403,8 +403,7 @@ func (s *Scheduler) AgentExited(now time.Time, id int, why string) {
 	delete(s.agents, id)
 	s.total--
 	s.perChannel[a.channel]--
-	a.ring.Agents--
-	a.ring.Forget(id)
+	a.ring.RemoveAgent(id)
 	s.stats.AgentsEnded++
 	if why == "" {
 		why = "agent exited"
@@ -522,7 +521,7 @@ func (s *Scheduler) sweepAgents(now time.Time) {
 		s.kill(a, "job timeout: silent for "+now.Sub(a.heard).String(), now)
 	}
 	for _, a := range idlers {
-		a.ring.Forget(a.id)
+		a.ring.RemoveIdle(a.id)
 		s.end(a, "idlemax")
 	}
 	if !next.IsZero() {
@@ -563,7 +562,7 @@ func (s *Scheduler) AgentLingers(now time.Time, id int) {
 	}
 	s.log.Info("agent exited; waiting for the rest of its process group", "agent", id,
 		"channel", a.channel, "host", a.host, "jobs", a.jobs)
-	a.ring.Forget(id)
+	a.ring.RemoveIdle(id)
 	if a.jobs == 0 {
 		s.kill(a, "exited, leaving processes of its group behind", now)
 		return

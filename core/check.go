@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"zsched/thread"
 	"zsched/vertex"
 )
 
@@ -73,7 +74,7 @@ func (s *Scheduler) Check(now time.Time) error {
 			switch {
 			case v.In(&t.Ready):
 			case v.In(&t.Waiting):
-				if t.WakeIndex < 0 {
+				if t.Wake().IsZero() {
 					return fmt.Errorf("thread %s/%s has waiting vertices but no timer", t.Channel, t.Host)
 				}
 			case m.Held && !v.Queued():
@@ -92,26 +93,29 @@ func (s *Scheduler) Check(now time.Time) error {
 		if err := t.Check(); err != nil {
 			return fmt.Errorf("thread %s/%s: %w", k.Channel, k.Host, err)
 		}
-		if t.Ready.Len() > 0 && t.BackingOff(now) && t.WakeIndex < 0 {
+		if t.Ready.Len() > 0 && t.BackingOff(now) && t.Wake().IsZero() {
 			return fmt.Errorf("thread %s/%s backs off with ready work but no timer", k.Channel, k.Host)
 		}
 		// At the very instant its retry time comes, an event may be
 		// handled before the Tick that revives it: its timer is due.
-		if t.Window.Dead() && !t.BackingOff(now) && t.Ready.Len() > 0 && (t.WakeIndex < 0 || t.Wake.After(now)) {
+		if t.Window.Dead() && !t.BackingOff(now) && t.Ready.Len() > 0 && (t.Wake().IsZero() || t.Wake().After(now)) {
 			return fmt.Errorf("thread %s/%s: dead past its retry time with ready work", k.Channel, k.Host)
 		}
 		r := s.rings[s.ringKey(t)]
 		if r == nil {
 			return fmt.Errorf("thread %s/%s has no ring", k.Channel, k.Host)
 		}
-		if t.Wants(now) != (t.RingIndex >= 0) {
-			return fmt.Errorf("thread %s/%s wants=%v but ring index %d", k.Channel, k.Host, t.Wants(now), t.RingIndex)
+		if t.Wants(now) != r.Offers(t) {
+			return fmt.Errorf("thread %s/%s wants=%v but offered %v", k.Channel, k.Host, t.Wants(now), r.Offers(t))
 		}
-		if t.Wants(now) && r.Idle != nil && len(r.Idle) > 0 && !r.HostBound {
-			return fmt.Errorf("thread %s/%s wants an agent while its ring has %d idle", k.Channel, k.Host, len(r.Idle))
+		if t.Wants(now) && r.IdleCount() > 0 && !r.HostBound() {
+			return fmt.Errorf("thread %s/%s wants an agent while its ring has %d idle", k.Channel, k.Host, r.IdleCount())
 		}
 	}
 	for _, r := range s.rings {
+		if err := r.Check(); err != nil {
+			return err
+		}
 		if err := r.CheckJobs(); err != nil {
 			return err
 		}
@@ -119,5 +123,36 @@ func (s *Scheduler) Check(now time.Time) error {
 	if err := s.checkThrottles(); err != nil {
 		return err
 	}
+	if err := s.timers.Check(); err != nil {
+		return err
+	}
 	return s.checkTallies()
+}
+
+// checkTallies recounts every thread's recipients from the vertices of the
+// messages in core and compares them with the tallies (for Check).
+func (s *Scheduler) checkTallies() error {
+	count := make(map[*thread.Thread]*thread.Tally, len(s.threads))
+	for _, t := range s.threads {
+		count[t] = &thread.Tally{}
+	}
+	for _, m := range s.msgs {
+		for _, v := range m.Vertices {
+			t := s.threadOf(v)
+			if t == nil {
+				continue
+			}
+			if v.Dest != &t.Key {
+				// Reconfigure moves vertices by re-keying their thread.
+				return fmt.Errorf("msg %d: vertex of %s/%s does not share its thread's key", m.Inum, t.Channel, t.Host)
+			}
+			count[t].Add(m.Arrival, len(v.Rcpts))
+		}
+	}
+	for t, c := range count {
+		if err := t.CheckTally(c); err != nil {
+			return fmt.Errorf("thread %s/%s: %w", t.Channel, t.Host, err)
+		}
+	}
+	return nil
 }

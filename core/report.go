@@ -97,7 +97,7 @@ func (s *Scheduler) finish(a *agent, e entry, now time.Time, why string) {
 		// The message was dropped from core while the job ran: drop left
 		// this vertex counted in its thread, which it leaves now.
 		if t := s.threadOf(v); t != nil {
-			t.Vertices--
+			t.Leave(v)
 			s.touch(t, now)
 		}
 		return
@@ -198,8 +198,7 @@ func (s *Scheduler) dropVertex(v *vertex.Vertex, t *thread.Thread) {
 	v.Dequeue()
 	v.Unlink()
 	if t != nil {
-		t.Vertices--
-		tallyLeave(t, v)
+		t.Leave(v)
 	}
 	if v.Msg.Pending == 0 && len(v.Msg.Vertices) == 0 {
 		s.complete(v.Msg)
@@ -326,15 +325,18 @@ func (s *Scheduler) drop(m *vertex.Message, now time.Time) {
 		if v.Clause < 0 {
 			s.removeUnmatched(v)
 		}
-		if t != nil {
-			tallyLeave(t, v) // fed or not: its recipients are no longer in core
-		}
 		if v.Agent != 0 {
-			continue // finish sees the message is gone
+			// Its recipients are no longer in core; the vertex leaves its
+			// thread when its job ends (finish sees the message is gone).
+			if t != nil {
+				t.Drop(v, len(v.Rcpts))
+			}
+			v.Rcpts = v.Rcpts[:0]
+			continue
 		}
 		v.Dequeue()
 		if t != nil {
-			t.Vertices--
+			t.Leave(v)
 			s.touch(t, now)
 		}
 	}

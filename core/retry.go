@@ -125,7 +125,9 @@ func (s *Scheduler) expire(v *vertex.Vertex, now time.Time) {
 			Delay: now.Sub(v.Msg.Arrival), Attempts: int(v.Attempts), Text: text,
 		})
 	}
-	s.tallyDrop(v, len(v.Rcpts))
+	if t := s.threadOf(v); t != nil {
+		t.Drop(v, len(v.Rcpts))
+	}
 	v.Msg.Pending -= len(v.Rcpts)
 	v.Rcpts = v.Rcpts[:0]
 }
@@ -267,4 +269,18 @@ func transient(status string) string {
 		return "4" + status[1:]
 	}
 	return status
+}
+
+// mayExpire reports whether any recipient of t may be past its expiry
+// deadline (arrival + expiry) at now, by its tally's oldest arrival: the
+// expiry sweep, which runs as often as the shortest clause interval, then
+// walks only the threads that may hold something to expire, not the whole
+// queue. The tally's seconds are rounded down, so it errs toward looking.
+func (s *Scheduler) mayExpire(t *thread.Thread, now time.Time) bool {
+	c := s.clause(t.Clause)
+	if c.Expiry <= 0 {
+		return false
+	}
+	oldest := t.Oldest()
+	return !oldest.IsZero() && !now.Before(oldest.Add(c.Expiry.D()))
 }

@@ -105,7 +105,7 @@ type Scheduler struct {
 	rings   map[ring.Key]*ring.Ring
 	agents  map[int]*agent
 
-	timers  timerHeap
+	timers  thread.Heap  // the agenda: threads by their next time of interest
 	blocked []*ring.Ring // rings waiting for a global, channel or fork-rate slot
 
 	total      int
@@ -191,100 +191,6 @@ func New(cfg *config.Config, log hclog.Logger, rng *rand.Rand) *Scheduler {
 	}
 }
 
-// HasReady reports whether events since the batch in hand was taken (or
-// since the last Advance) have effects for a new batch.
-func (s *Scheduler) HasReady() bool { return !s.ready.Empty() }
-
-// Ready returns the effects of the events since the last batch was taken,
-// and hands that batch to the caller until Advance: its slices stay valid
-// and unchanged while the caller carries it out, other calls into the core
-// included, whose effects go to the next batch. Calling Ready again before
-// Advance is a broken invariant and panics.
-//
-// The batch's Rereads must each be answered through Reread before any
-// other event is fed to the core, and before Advance: an event that comes
-// first, or an Advance with a re-read unanswered, panics.
-func (s *Scheduler) Ready() Ready {
-	if s.taken {
-		panic("core: Ready called again before Advance")
-	}
-	r := s.ready
-	s.ready, s.spare = s.spare, Ready{}
-	s.inHand, s.taken = r, true
-	s.owed = len(r.Rereads)
-	s.answered = append(s.answered[:0], make([]bool, len(r.Rereads))...)
-	return r
-}
-
-// Advance tells the core that the batch from Ready was carried out: its
-// slices are the core's again, and the next batch reuses them (a caller
-// that keeps actions longer copies them). Reuse is what makes a dispatch
-// allocate no action slices: under load a batch is taken for every turn
-// of agent lines. Advance without a batch in hand, or with one of its
-// re-reads unanswered, is a broken invariant and panics.
-func (s *Scheduler) Advance() {
-	if !s.taken {
-		panic("core: Advance without a batch from Ready")
-	}
-	if s.owed > 0 {
-		panic("core: Advance before the batch's re-reads were answered through Reread")
-	}
-	s.spare = s.inHand.reuse()
-	s.inHand, s.taken = Ready{}, false
-}
-
-// event checks, as an event begins, that the caller answered the re-reads
-// of the batch in hand: an event handled between a file's re-read request
-// and its answer could feed recipients whose stale locks are not reset yet.
-func (s *Scheduler) event(name string) {
-	if s.owed > 0 {
-		panic("core: " + name + " before the batch's re-reads were answered through Reread")
-	}
-}
-
-// answer notes the re-read of inum answered, if the batch in hand asked for
-// it and it was not answered yet.
-func (s *Scheduler) answer(inum int64) {
-	if s.owed == 0 {
-		return
-	}
-	for i, rr := range s.inHand.Rereads {
-		if rr.Inum == inum && !s.answered[i] {
-			s.answered[i] = true
-			s.owed--
-			return
-		}
-	}
-}
-
-// readyKeep bounds the slices Ready keeps for reuse: a burst (a scan that
-// queued thousands of messages, a mass expiry) must not pin its memory.
-const readyKeep = 4096
-
-// reuse returns r's slices emptied, their elements cleared so that they
-// hold no strings or messages alive.
-func (r *Ready) reuse() Ready {
-	return Ready{
-		Spawns:    reuseSlice(r.Spawns),
-		Writes:    reuseSlice(r.Writes),
-		Stops:     reuseSlice(r.Stops),
-		Diags:     reuseSlice(r.Diags),
-		Outcomes:  reuseSlice(r.Outcomes),
-		Completes: reuseSlice(r.Completes),
-		Rereads:   reuseSlice(r.Rereads),
-		DSNs:      reuseSlice(r.DSNs),
-		Throttles: reuseSlice(r.Throttles),
-	}
-}
-
-func reuseSlice[T any](s []T) []T {
-	if cap(s) > readyKeep {
-		return nil
-	}
-	clear(s)
-	return s[:0]
-}
-
 // Counters returns the running totals.
 func (s *Scheduler) Counters() Counters { return s.stats }
 
@@ -312,8 +218,8 @@ func (s *Scheduler) Idle() bool {
 // event can create work.
 func (s *Scheduler) NextWakeup() time.Time {
 	var w time.Time
-	if len(s.timers) > 0 {
-		w = s.timers[0].Wake
+	if t := s.timers.Min(); t != nil {
+		w = t.Wake()
 	}
 	earlier := func(at time.Time) {
 		if !at.IsZero() && (w.IsZero() || at.Before(w)) {
@@ -377,20 +283,28 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 			continue
 		}
 		t := s.thread(ci, g.Channel, host, now)
-		// The thread's key, not the control file's strings: one copy per
-		// destination in core instead of one per vertex (DESIGN §8).
 		v := vertex.New(m, &t.Key, g.Rcpts)
 		m.Vertices = append(m.Vertices, v)
-		s.orderAdd(s.ring(t), m, []*vertex.Vertex{v}, now)
-		t.Vertices++
-		tallyJoin(t, v)
-		t.Add(v, now)
+		s.placeVertex(t, v, now)
 		s.touch(t, now)
 	}
 	if m.Pending == 0 {
 		s.complete(m)
 	}
 	return nil
+}
+
+// placeVertex puts v, a vertex of a message in core, into thread t: it
+// takes t's key as its destination (one copy of the names per destination
+// in core instead of one per vertex, DESIGN §8), is ranked in t's ring,
+// counted in t and put on the heap its time calls for. Arrive places new
+// vertices through it, Reconfigure those a new clause routes; the caller
+// then touches t.
+func (s *Scheduler) placeVertex(t *thread.Thread, v *vertex.Vertex, now time.Time) {
+	v.Dest = &t.Key
+	s.orderAdd(s.ring(t), v, now)
+	t.Join(v)
+	t.Add(v, now)
 }
 
 // match returns the clause for (channel, host), cached: config.Match is a
@@ -427,8 +341,7 @@ func (s *Scheduler) thread(ci int, channel, host string, now time.Time) *thread.
 	t.Held = s.holds[[2]string{channel, host}]
 	s.recall(t, now)
 	s.threads[k] = t
-	r := s.ring(t)
-	r.Threads++
+	s.ring(t).AddThread()
 	return t
 }
 
@@ -445,6 +358,7 @@ func (s *Scheduler) ring(t *thread.Thread) *ring.Ring {
 	r, ok := s.rings[k]
 	if !ok {
 		r = ring.New(k, k.Host != "")
+		setOrder(r, s.clause(k.Clause))
 		s.rings[k] = r
 	}
 	return r
@@ -454,7 +368,7 @@ func (s *Scheduler) ring(t *thread.Thread) *ring.Ring {
 // wanting heap, the timer heap, and, if t wants an agent, gives it one.
 func (s *Scheduler) touch(t *thread.Thread, now time.Time) {
 	s.reviveDue(t, now)
-	if t.Vertices == 0 && t.Busy == 0 {
+	if t.Vertices() == 0 && t.Busy == 0 {
 		s.remember(t, now)
 		s.dropThread(t)
 		return
@@ -466,32 +380,31 @@ func (s *Scheduler) touch(t *thread.Thread, now time.Time) {
 	}
 	r := s.ring(t)
 	r.Update(t, now)
-	s.timers.set(t, t.NextWake(now))
-	if t.RingIndex >= 0 {
+	s.timers.SetWake(t, t.NextWake(now))
+	if r.Offers(t) {
 		s.serve(r, now, -1)
 	}
 }
 
 func (s *Scheduler) dropThread(t *thread.Thread) {
 	r := s.ring(t)
-	r.Remove(t)
-	s.timers.set(t, time.Time{})
+	r.RemoveThread(t)
+	s.timers.SetWake(t, time.Time{})
 	delete(s.threads, t.Key)
-	r.Threads--
 	if r.Empty() {
 		s.dropRing(r)
 	}
 }
 
 func (s *Scheduler) dropRing(r *ring.Ring) {
-	if r.Blocked {
+	if r.Blocked() {
 		for i, x := range s.blocked {
 			if x == r {
 				s.blocked = append(s.blocked[:i], s.blocked[i+1:]...)
 				break
 			}
 		}
-		r.Blocked = false
+		r.SetBlocked(false)
 	}
 	delete(s.rings, r.Key)
 	s.ringGone(r.Key)
@@ -508,9 +421,8 @@ func (s *Scheduler) threadOf(v *vertex.Vertex) *thread.Thread {
 // reaping and the expiry sweep.
 func (s *Scheduler) Tick(now time.Time) {
 	s.event("Tick")
-	for len(s.timers) > 0 && !s.timers[0].Wake.After(now) {
-		t := s.timers[0]
-		s.timers.set(t, time.Time{})
+	for t := s.timers.Min(); t != nil && !t.Wake().After(now); t = s.timers.Min() {
+		s.timers.SetWake(t, time.Time{})
 		t.Promote(now)
 		s.touch(t, now)
 	}
@@ -533,4 +445,23 @@ func (s *Scheduler) Tick(now time.Time) {
 func (s *Scheduler) Has(inum int64) bool {
 	_, ok := s.msgs[inum]
 	return ok
+}
+
+// dropRcpt removes v's recipient i (vertex.Drop) and un-counts it in v's
+// thread.
+func (s *Scheduler) dropRcpt(v *vertex.Vertex, i int) vertex.Rcpt {
+	if t := s.threadOf(v); t != nil {
+		t.Drop(v, 1)
+	}
+	return v.Drop(i)
+}
+
+// holds reports whether a has a job line for message inum outstanding.
+func (a *agent) holds(inum int64) bool {
+	for _, e := range a.fifo {
+		if e.kind == entryJob && e.msg.Inum == inum {
+			return true
+		}
+	}
+	return false
 }
