@@ -159,7 +159,7 @@ func (r *Ready) Empty() bool {
 
 // HasReady reports whether events since the batch in hand was taken (or
 // since the last Advance) have effects for a new batch.
-func (s *Scheduler) HasReady() bool { return !s.ready.Empty() }
+func (s *Core) HasReady() bool { return !s.ready.Empty() }
 
 // Ready returns the effects of the events since the last batch was taken,
 // and hands that batch to the caller until Advance: its slices stay valid
@@ -170,7 +170,7 @@ func (s *Scheduler) HasReady() bool { return !s.ready.Empty() }
 // The batch's Rereads must each be answered through Reread before any
 // other event is fed to the core, and before Advance: an event that comes
 // first, or an Advance with a re-read unanswered, panics.
-func (s *Scheduler) Ready() Ready {
+func (s *Core) Ready() Ready {
 	if s.taken {
 		panic("core: Ready called again before Advance")
 	}
@@ -188,7 +188,7 @@ func (s *Scheduler) Ready() Ready {
 // allocate no action slices: under load a batch is taken for every turn
 // of agent lines. Advance without a batch in hand, or with one of its
 // re-reads unanswered, is a broken invariant and panics.
-func (s *Scheduler) Advance() {
+func (s *Core) Advance() {
 	if !s.taken {
 		panic("core: Advance without a batch from Ready")
 	}
@@ -202,7 +202,7 @@ func (s *Scheduler) Advance() {
 // event checks, as an event begins, that the caller answered the re-reads
 // of the batch in hand: an event handled between a file's re-read request
 // and its answer could feed recipients whose stale locks are not reset yet.
-func (s *Scheduler) event(name string) {
+func (s *Core) event(name string) {
 	if s.owed > 0 {
 		panic("core: " + name + " before the batch's re-reads were answered through Reread")
 	}
@@ -210,7 +210,7 @@ func (s *Scheduler) event(name string) {
 
 // answer notes the re-read of inum answered, if the batch in hand asked for
 // it and it was not answered yet.
-func (s *Scheduler) answer(inum int64) {
+func (s *Core) answer(inum int64) {
 	if s.owed == 0 {
 		return
 	}

@@ -14,7 +14,7 @@ import (
 // vertices no clause routes. Every thread with a future time of interest is
 // on the timer heap, every thread that wants an agent is in its ring's
 // heap, and the agent counts add up. Tests call it after every event.
-func (s *Scheduler) Check(now time.Time) error {
+func (s *Core) Check(now time.Time) error {
 	held := make(map[*vertex.Vertex]int)
 	perChannel := make(map[string]int)
 	for id, a := range s.agents {
@@ -78,7 +78,7 @@ func (s *Scheduler) Check(now time.Time) error {
 					return fmt.Errorf("thread %s/%s has waiting vertices but no timer", t.Channel, t.Host)
 				}
 			case m.Held && !v.Queued():
-				if s.heldMsgs[inum] != m {
+				if s.heldMessages[inum] != m {
 					return fmt.Errorf("msg %d: held but not in the held set", inum)
 				}
 			default:
@@ -123,7 +123,7 @@ func (s *Scheduler) Check(now time.Time) error {
 	if err := s.checkThrottles(); err != nil {
 		return err
 	}
-	if err := s.timers.Check(); err != nil {
+	if err := s.agenda.Check(); err != nil {
 		return err
 	}
 	return s.checkTallies()
@@ -131,7 +131,7 @@ func (s *Scheduler) Check(now time.Time) error {
 
 // checkTallies recounts every thread's recipients from the vertices of the
 // messages in core and compares them with the tallies (for Check).
-func (s *Scheduler) checkTallies() error {
+func (s *Core) checkTallies() error {
 	count := make(map[*thread.Thread]*thread.Tally, len(s.threads))
 	for _, t := range s.threads {
 		count[t] = &thread.Tally{}

@@ -26,26 +26,26 @@ var ErrNoMessage = errors.New("core: no such message in core")
 // until ReleaseThread. The hold outlives the thread, so mail arriving later
 // for the destination is held too. Agents on it finish their current jobs.
 // It reports whether a thread was in core.
-func (s *Scheduler) HoldThread(now time.Time, channel, host string) bool {
+func (s *Core) HoldThread(now time.Time, channel, host string) bool {
 	s.event("HoldThread")
 	host = strings.ToLower(host)
-	s.holds[[2]string{channel, host}] = true
+	s.heldDests[[2]string{channel, host}] = true
 	t := s.findThread(channel, host)
 	if t == nil {
 		return false
 	}
 	t.Held = true
-	s.touch(t, now)
+	s.update(t, now)
 	return true
 }
 
 // ReleaseThread ends a destination hold; it reports whether there was one.
-func (s *Scheduler) ReleaseThread(now time.Time, channel, host string) bool {
+func (s *Core) ReleaseThread(now time.Time, channel, host string) bool {
 	s.event("ReleaseThread")
 	host = strings.ToLower(host)
 	k := [2]string{channel, host}
-	was := s.holds[k]
-	delete(s.holds, k)
+	was := s.heldDests[k]
+	delete(s.heldDests, k)
 	t := s.findThread(channel, host)
 	if t == nil {
 		return was
@@ -53,14 +53,14 @@ func (s *Scheduler) ReleaseThread(now time.Time, channel, host string) bool {
 	was = was || t.Held
 	t.Held = false
 	s.redue(t, now)
-	s.touch(t, now)
+	s.update(t, now)
 	return was
 }
 
 // HoldMessage keeps a message's vertices from being fed until
 // ReleaseMessage; vertices with an agent now finish their attempt first and
 // are then held. Held vertices still expire.
-func (s *Scheduler) HoldMessage(now time.Time, id string) error {
+func (s *Core) HoldMessage(now time.Time, id string) error {
 	s.event("HoldMessage")
 	m := s.lookup(id)
 	if m == nil {
@@ -70,21 +70,21 @@ func (s *Scheduler) HoldMessage(now time.Time, id string) error {
 		return nil
 	}
 	m.Held = true
-	s.heldMsgs[m.Inum] = m
+	s.heldMessages[m.Inum] = m
 	for _, v := range m.Vertices {
 		if !v.Queued() {
 			continue
 		}
 		v.Dequeue()
 		if t := s.threadOf(v); t != nil {
-			s.touch(t, now)
+			s.update(t, now)
 		}
 	}
 	return nil
 }
 
 // ReleaseMessage ends a message hold.
-func (s *Scheduler) ReleaseMessage(now time.Time, id string) error {
+func (s *Core) ReleaseMessage(now time.Time, id string) error {
 	s.event("ReleaseMessage")
 	m := s.lookup(id)
 	if m == nil {
@@ -94,7 +94,7 @@ func (s *Scheduler) ReleaseMessage(now time.Time, id string) error {
 		return nil
 	}
 	m.Held = false
-	delete(s.heldMsgs, m.Inum)
+	delete(s.heldMessages, m.Inum)
 	for _, v := range m.Vertices {
 		t := s.threadOf(v)
 		if v.Queued() || v.Agent != 0 || t == nil {
@@ -104,18 +104,18 @@ func (s *Scheduler) ReleaseMessage(now time.Time, id string) error {
 		if v.In(&t.Ready) {
 			v.SetDue(now)
 		}
-		s.touch(t, now)
+		s.update(t, now)
 	}
 	return nil
 }
 
 // sweepHeld expires vertices of held messages past arrival+expiry+expiry2:
 // they are in no heap, so the ordinary sweep does not see them.
-func (s *Scheduler) sweepHeld(now time.Time) {
-	held := make([]*vertex.Message, 0, len(s.heldMsgs))
-	for inum, m := range s.heldMsgs {
+func (s *Core) sweepHeld(now time.Time) {
+	held := make([]*vertex.Message, 0, len(s.heldMessages))
+	for inum, m := range s.heldMessages {
 		if s.msgs[inum] != m || !m.Held {
-			delete(s.heldMsgs, inum)
+			delete(s.heldMessages, inum)
 			continue
 		}
 		held = append(held, m)
@@ -131,19 +131,19 @@ func (s *Scheduler) sweepHeld(now time.Time) {
 			s.expire(v, now)
 			s.dropVertex(v, t)
 			if t != nil {
-				s.touch(t, now)
+				s.update(t, now)
 			}
 		}
 	}
 }
 
-// Turn is ETRN: every thread whose host is name, or with "@domain" the
-// domain or any subdomain of it, is made due now, and queueonly ones are
-// released to run until they have nothing due left. Held threads are left
+// ETRN (RFC 1985) makes every thread whose host is name, or with "@domain"
+// the domain or any subdomain of it, due now, and releases queueonly ones
+// to run until they have nothing due left. Held threads are left
 // alone. Only the first word of name counts; case does not. It returns how
 // many threads started.
-func (s *Scheduler) Turn(now time.Time, name string) int {
-	s.event("Turn")
+func (s *Core) ETRN(now time.Time, name string) int {
+	s.event("ETRN")
 	name = strings.ToLower(strings.TrimSpace(name))
 	if i := strings.IndexAny(name, " \t"); i >= 0 {
 		name = name[:i]
@@ -170,9 +170,9 @@ func (s *Scheduler) Turn(now time.Time, name string) int {
 		}
 		s.makeDue(t, now)
 		if t.QueueOnly {
-			t.Turned = true
+			t.ETRN = true
 		}
-		s.touch(t, now)
+		s.update(t, now)
 		if t.Busy > 0 || t.Wants(now) {
 			n++
 		}
@@ -186,7 +186,7 @@ func (s *Scheduler) Turn(now time.Time, name string) int {
 // or "channel/host" with ZMailer globs ("smtp/*.example.com"); a bare
 // channel means all its hosts. Queueonly threads stay waiting for ETRN.
 // It returns how many threads matched.
-func (s *Scheduler) Flush(now time.Time, sel string) (int, error) {
+func (s *Core) Flush(now time.Time, sel string) (int, error) {
 	s.event("Flush")
 	chSrc, hostSrc := "*", "*"
 	if sel = strings.TrimSpace(sel); sel != "" {
@@ -213,7 +213,7 @@ func (s *Scheduler) Flush(now time.Time, sel string) (int, error) {
 	sortThreads(ts)
 	for _, t := range ts {
 		s.makeDue(t, now)
-		s.touch(t, now)
+		s.update(t, now)
 	}
 	s.flushThrottles(now, func(ch string) bool { return chPat.Match(strings.ToLower(ch)) })
 	return len(ts), nil
@@ -229,7 +229,7 @@ func sortThreads(ts []*thread.Thread) {
 }
 
 // makeDue ends t's back-off and moves its waiting vertices to ready.
-func (s *Scheduler) makeDue(t *thread.Thread, now time.Time) {
+func (s *Core) makeDue(t *thread.Thread, now time.Time) {
 	t.BackoffUntil = time.Time{}
 	for v := t.Waiting.Min(); v != nil; v = t.Waiting.Min() {
 		t.Waiting.Remove(v)
@@ -241,20 +241,20 @@ func (s *Scheduler) makeDue(t *thread.Thread, now time.Time) {
 
 // redue restarts the dispatch latency clock of t's ready vertices: time
 // spent held or waiting for ETRN is the operator's, not the scheduler's.
-func (s *Scheduler) redue(t *thread.Thread, now time.Time) {
+func (s *Core) redue(t *thread.Thread, now time.Time) {
 	t.Ready.Each(func(v *vertex.Vertex) { v.SetDue(now) })
 }
 
 // Kill removes a message from core and asks for its files to be removed
 // (Ready.Completes with Killed set): no DSN is sent. Agents working on it
 // finish their attempt unheard.
-func (s *Scheduler) Kill(now time.Time, id string) error {
+func (s *Core) Kill(now time.Time, id string) error {
 	s.event("Kill")
 	m := s.lookup(id)
 	if m == nil {
 		return fmt.Errorf("%w: %q", ErrNoMessage, id)
 	}
-	delete(s.heldMsgs, m.Inum)
+	delete(s.heldMessages, m.Inum)
 	s.drop(m, now)
 	// The daemon logs the request, with who asked.
 	s.ready.Completes = append(s.ready.Completes, Complete{Path: m.Path, ID: m.ID, Inum: m.Inum, Killed: true})
@@ -263,7 +263,7 @@ func (s *Scheduler) Kill(now time.Time, id string) error {
 
 // Quiesce stops all feeding for shutdown: no agent is started or given a
 // job from now on; reports are still taken.
-func (s *Scheduler) Quiesce() {
+func (s *Core) Quiesce() {
 	s.event("Quiesce")
-	s.quiet = true
+	s.stopping = true
 }

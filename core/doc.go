@@ -7,8 +7,8 @@
 //
 // The caller's contract, step by step (etcd raft's Ready and Advance):
 //
-//  1. New(cfg, logger, rng) builds an empty scheduler; Learn gives it what
-//     an earlier run learned about destinations.
+//  1. New(cfg, logger, rng) builds an empty Core; Learn gives it what an
+//     earlier run learned about destinations.
 //  2. Feed it events as they happen, each with the current time: Arrive for
 //     a control file read from the queue; AgentLine for each line an agent
 //     writes; AgentStderr for each line of its own stderr stream (pipes);
@@ -42,10 +42,17 @@
 // to save (it changes nothing; Tick forgets what is too old to keep), and
 // Learn, called after New, restores it.
 //
-// Operator commands (ops.go: HoldThread, HoldMessage, Turn for ETRN, Flush,
-// Kill, Reconfigure for a reload, Quiesce at shutdown) are events like the
-// others: call them with now and carry out Ready afterwards. The views
-// (Rings, Message for WHY, Shape, Gauges, AgentViews) change nothing.
+// Operator commands (commands.go: HoldThread, HoldMessage, ETRN, Flush,
+// Kill, Quiesce at shutdown; reload.go: Reconfigure) are events like the
+// others: call them with now and take the batch afterwards. The views
+// (views.go: Rings, Thread, Gauges, Shape, AgentViews; why.go: Message for
+// WHY, ThreadVertices) change nothing.
+//
+// The files, by concern: scheduler.go (the Core, placement, the agenda),
+// action.go (the batch and its steps), agents.go (feeding agents, their
+// lines and exits), report.go (what a report means), order.go (the rings'
+// feed order), feedback.go, retry.go (retry, expiry, delay warnings),
+// destinations.go (learned state), check.go (invariants, for tests).
 //
 // Agents are named by ids the core chooses (Spawn.Agent); the caller maps
 // them to processes.

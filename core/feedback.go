@@ -20,7 +20,7 @@ import (
 // feedback applies the judgement of one delivery to t's window. retryAt is
 // the latest retryat of the job's reports, zero if none: a destination that
 // dies waits for it instead of its retry schedule.
-func (s *Scheduler) feedback(t *thread.Thread, siteFailed bool, retryAt, now time.Time) {
+func (s *Core) feedback(t *thread.Thread, siteFailed bool, retryAt, now time.Time) {
 	before := t.Window.Limit()
 	if siteFailed {
 		t.SiteFailures++
@@ -49,9 +49,9 @@ func (s *Scheduler) feedback(t *thread.Thread, siteFailed bool, retryAt, now tim
 }
 
 // reviveDue gives a dead destination whose retry time has come its window
-// back. touch calls it first, so no thread sits with due work behind a
+// back. update calls it first, so no thread sits with due work behind a
 // window of 0.
-func (s *Scheduler) reviveDue(t *thread.Thread, now time.Time) {
+func (s *Core) reviveDue(t *thread.Thread, now time.Time) {
 	if !t.Window.Dead() || t.BackingOff(now) {
 		return
 	}
@@ -63,7 +63,7 @@ func (s *Scheduler) reviveDue(t *thread.Thread, now time.Time) {
 // logWindow is Postfix's destination_concurrency_feedback_debug: every
 // feedback event at trace level (what the lab measures), each change of the
 // window at debug level.
-func (s *Scheduler) logWindow(t *thread.Thread, before int, siteFailed bool) {
+func (s *Core) logWindow(t *thread.Thread, before int, siteFailed bool) {
 	after := t.Window.Limit()
 	if after == before && !s.log.IsTrace() {
 		return

@@ -32,7 +32,7 @@ import (
 //     to another ring by a reload).
 
 // orderAdd ranks a vertex placed in ring r.
-func (s *Scheduler) orderAdd(r *ring.Ring, v *vertex.Vertex, now time.Time) {
+func (s *Core) orderAdd(r *ring.Ring, v *vertex.Vertex, now time.Time) {
 	r.AddEntry(v, now)
 	s.rankOwn(s.clause(r.Clause), v)
 }
@@ -40,7 +40,7 @@ func (s *Scheduler) orderAdd(r *ring.Ring, v *vertex.Vertex, now time.Time) {
 // orderPick makes the ring's preemption attempt before a pick; true when a
 // job moved, so that the ring's best thread may have changed. A ring whose
 // order does not preempt makes none (ring.Preempt).
-func (s *Scheduler) orderPick(r *ring.Ring, now time.Time) bool {
+func (s *Core) orderPick(r *ring.Ring, now time.Time) bool {
 	s.picker.s, s.picker.r, s.picker.now = s, r, now
 	return r.Preempt(now, &s.picker)
 }
@@ -48,7 +48,7 @@ func (s *Scheduler) orderPick(r *ring.Ring, now time.Time) bool {
 // orderPickFrom is orderPick for an agent about to feed from its thread t,
 // which an earlier pop in the same feed may have left out of place in the
 // ring's wanting heap.
-func (s *Scheduler) orderPickFrom(r *ring.Ring, t *thread.Thread, now time.Time) {
+func (s *Core) orderPickFrom(r *ring.Ring, t *thread.Thread, now time.Time) {
 	if r.PreemptPending() {
 		s.ring(t).Update(t, now)
 		s.orderPick(r, now)
@@ -56,11 +56,11 @@ func (s *Scheduler) orderPickFrom(r *ring.Ring, t *thread.Thread, now time.Time)
 }
 
 // orderFed counts one slot for v's job in its ring when v is fed.
-func (s *Scheduler) orderFed(r *ring.Ring, v *vertex.Vertex, now time.Time) { r.Select(v) }
+func (s *Core) orderFed(r *ring.Ring, v *vertex.Vertex, now time.Time) { r.Select(v) }
 
 // orderRequeue counts a fed vertex as queued again, before it goes back on
 // its thread's heap.
-func (s *Scheduler) orderRequeue(v *vertex.Vertex, now time.Time) {
+func (s *Core) orderRequeue(v *vertex.Vertex, now time.Time) {
 	t := s.threadOf(v)
 	if t == nil {
 		return
@@ -71,7 +71,7 @@ func (s *Scheduler) orderRequeue(v *vertex.Vertex, now time.Time) {
 }
 
 // orderDone tells the ring v left it.
-func (s *Scheduler) orderDone(v *vertex.Vertex) { ring.Leave(v) }
+func (s *Core) orderDone(v *vertex.Vertex) { ring.Leave(v) }
 
 // setOrder gives ring r the order and preemption parameters of clause c.
 func setOrder(r *ring.Ring, c *config.Clause) {
@@ -90,7 +90,7 @@ func setOrder(r *ring.Ring, c *config.Clause) {
 // rankOwn ranks v for the orders that do not follow the job list: ZMailer's
 // shuffle (a fresh random place at every queueing, from the injected rand)
 // and ageorder (oldest message file first).
-func (s *Scheduler) rankOwn(c *config.Clause, v *vertex.Vertex) {
+func (s *Core) rankOwn(c *config.Clause, v *vertex.Vertex) {
 	switch c.Order {
 	case config.OrderRandom:
 		v.Rank = s.rng.Float64()
@@ -102,7 +102,7 @@ func (s *Scheduler) rankOwn(c *config.Clause, v *vertex.Vertex) {
 
 // orderPicker is the ring's view of the core's threads (ring.Picker).
 type orderPicker struct {
-	s   *Scheduler
+	s   *Core
 	r   *ring.Ring
 	now time.Time
 }

@@ -519,7 +519,7 @@ func TestAgeOrderFeedsOldestFileFirst(t *testing.T) {
 // message that completes is replaced by one of the same shape at fresh
 // hosts, so the number of queued vertices stays where it started.
 type bench struct {
-	s       *core.Scheduler
+	s       *core.Core
 	now     time.Time
 	rng     *rand.Rand
 	hosts   int

@@ -59,7 +59,7 @@ func TestReadyReuse(t *testing.T) {
 // Advance, Advance without Ready, an event or Advance before the batch's
 // re-reads were answered.
 func TestReadyContract(t *testing.T) {
-	crashed := func(c *core.Scheduler, inum int64) {
+	crashed := func(c *core.Core, inum int64) {
 		// An agent dies with a job outstanding: the batch asks for a
 		// re-read of its file.
 		if err := c.Arrive(sim.Epoch, core.Arrival{Inum: inum, Path: "1", Arrival: sim.Epoch,
@@ -73,29 +73,29 @@ func TestReadyContract(t *testing.T) {
 		c.AgentExited(sim.Epoch, id, "")
 		c.Advance()
 	}
-	fresh := func() *core.Scheduler { return core.New(cfg(t, smtp), nil, rand.New(rand.NewSource(1))) }
+	fresh := func() *core.Core { return core.New(cfg(t, smtp), nil, rand.New(rand.NewSource(1))) }
 	for _, tc := range []struct {
 		name, panic string
-		misuse      func(c *core.Scheduler)
+		misuse      func(c *core.Core)
 	}{
-		{"Ready twice", "Ready called again before Advance", func(c *core.Scheduler) {
+		{"Ready twice", "Ready called again before Advance", func(c *core.Core) {
 			c.Ready()
 			c.Ready()
 		}},
-		{"Advance alone", "Advance without a batch", func(c *core.Scheduler) { c.Advance() }},
-		{"Advance twice", "Advance without a batch", func(c *core.Scheduler) {
+		{"Advance alone", "Advance without a batch", func(c *core.Core) { c.Advance() }},
+		{"Advance twice", "Advance without a batch", func(c *core.Core) {
 			c.Ready()
 			c.Advance()
 			c.Advance()
 		}},
-		{"event before the re-read", "Tick before the batch's re-reads were answered", func(c *core.Scheduler) {
+		{"event before the re-read", "Tick before the batch's re-reads were answered", func(c *core.Core) {
 			crashed(c, 1)
 			if r := c.Ready(); len(r.Rereads) != 1 {
 				t.Fatalf("no re-read asked for: %+v", r)
 			}
 			c.Tick(sim.Epoch)
 		}},
-		{"Advance before the re-read", "Advance before the batch's re-reads were answered", func(c *core.Scheduler) {
+		{"Advance before the re-read", "Advance before the batch's re-reads were answered", func(c *core.Core) {
 			crashed(c, 1)
 			c.Ready()
 			c.Advance()

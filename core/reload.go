@@ -33,7 +33,7 @@ var ErrReload = errors.New("core: reload refused")
 // A configuration under which a destination in core, or an agent's host,
 // would be routed by no clause is refused with an error wrapping ErrReload
 // and nothing changes.
-func (s *Scheduler) Reconfigure(now time.Time, cfg *config.Config) error {
+func (s *Core) Reconfigure(now time.Time, cfg *config.Config) error {
 	s.event("Reconfigure")
 	// Refuse before changing anything.
 	var unrouted []string
@@ -148,10 +148,10 @@ func (s *Scheduler) Reconfigure(now time.Time, cfg *config.Config) error {
 		t.Window = w
 		t.QueueOnly = c.QueueOnly
 		if !t.QueueOnly {
-			t.Turned = false
+			t.ETRN = false
 		}
 		// The thread's vertices share its Key (vertex.Dest): they follow
-		// it to the new clause without being touched, unless their ring
+		// it to the new clause without being moved, unless their ring
 		// changes.
 		if r != from {
 			// The vertex leaves one ring's job lists for another's; fed
@@ -238,7 +238,7 @@ func (s *Scheduler) Reconfigure(now time.Time, cfg *config.Config) error {
 	}
 
 	for _, t := range sortedThreads(s.threads) {
-		s.touch(t, now)
+		s.update(t, now)
 	}
 	s.unblock(now)
 	s.log.Info("configuration reloaded", "file", cfg.File, "clauses", len(cfg.Clauses),
@@ -291,7 +291,7 @@ func sortedAgents(m map[int]*agent) []*agent {
 func sameAgent(a, b *config.Clause) bool { return config.SameAgent(a, b) }
 
 // ending counts r's agents that are on their way out.
-func (s *Scheduler) ending(r *ring.Ring) int {
+func (s *Core) ending(r *ring.Ring) int {
 	n := 0
 	for _, a := range s.agents {
 		if a.ring == r && a.state == ending {
@@ -303,7 +303,7 @@ func (s *Scheduler) ending(r *ring.Ring) int {
 
 // logChanges logs what a reload changes: scheduler settings and clauses
 // added, removed or with different attributes (matched by select pattern).
-func (s *Scheduler) logChanges(old, cfg *config.Config) {
+func (s *Core) logChanges(old, cfg *config.Config) {
 	for _, d := range fieldDiff(old.Scheduler, cfg.Scheduler) {
 		s.log.Info("reload: scheduler setting changed", "key", d[0], "from", d[1], "to", d[2])
 	}

@@ -248,7 +248,7 @@ func replay(t *testing.T, seed int64) []byte {
 			}
 		case x < 93:
 			name := pick([]string{"x.client.test", "@client.test", "y.client.test"})
-			op("etrn "+name, func(now time.Time) { s.Core.Turn(now, name) })
+			op("etrn "+name, func(now time.Time) { s.Core.ETRN(now, name) })
 		case x < 98:
 			if cfg == reloaded {
 				reload(base)

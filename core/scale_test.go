@@ -33,7 +33,7 @@ overfeed = 8
 // is the drain benchmark's shape), and agents that deliver every job line
 // at once.
 type queue struct {
-	s       *core.Scheduler
+	s       *core.Core
 	now     time.Time
 	rcpts   int
 	perHost int

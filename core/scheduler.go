@@ -93,9 +93,11 @@ type agent struct {
 	killReason string
 }
 
-// Scheduler is the deterministic scheduling core. It is not safe for
-// concurrent use: one goroutine owns it.
-type Scheduler struct {
+// Core is the deterministic scheduling core: every decision of the
+// scheduler, as a state machine (doc.go). It is not safe for concurrent
+// use: one goroutine owns it. (config.Scheduler is another thing: the
+// [scheduler] table of the configuration.)
+type Core struct {
 	cfg *config.Config
 	log hclog.Logger
 	rng *rand.Rand
@@ -105,7 +107,7 @@ type Scheduler struct {
 	rings   map[ring.Key]*ring.Ring
 	agents  map[int]*agent
 
-	timers  thread.Heap  // the agenda: threads by their next time of interest
+	agenda  thread.Heap  // threads by their next time of interest (ByWake)
 	blocked []*ring.Ring // rings waiting for a global, channel or fork-rate slot
 
 	total      int
@@ -140,12 +142,12 @@ type Scheduler struct {
 	owed     int
 	answered []bool
 
-	// Operator state (ops.go): destination holds by (channel, host), which
-	// outlive their threads; held messages, whose vertices sit in no heap;
-	// quiet once shutdown stops all feeding.
-	holds    map[[2]string]bool
-	heldMsgs map[int64]*vertex.Message
-	quiet    bool
+	// Operator state (commands.go): destination holds by (channel, host),
+	// which outlive their threads; held messages, whose vertices sit in no
+	// heap; stopping once shutdown stops all feeding.
+	heldDests    map[[2]string]bool
+	heldMessages map[int64]*vertex.Message
+	stopping     bool
 
 	// Transport state (throttle.go, words.go): throttled rings, the next
 	// end of a back-off, and per ring the rate limits of agent words.
@@ -154,6 +156,12 @@ type Scheduler struct {
 	nextLift    time.Time
 	words       map[ring.Key]*words
 }
+
+// Scheduler is Core's former name, kept while branches written against
+// it are merged; new code says Core.
+//
+// Deprecated: use Core.
+type Scheduler = Core
 
 // Counters are the scheduler's running totals.
 type Counters struct {
@@ -172,37 +180,37 @@ type Counters struct {
 }
 
 // New returns an empty scheduler for cfg.
-func New(cfg *config.Config, log hclog.Logger, rng *rand.Rand) *Scheduler {
+func New(cfg *config.Config, log hclog.Logger, rng *rand.Rand) *Core {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Scheduler{
-		cfg:        cfg,
-		log:        log,
-		rng:        rng,
-		msgs:       make(map[int64]*vertex.Message),
-		threads:    make(map[thread.Key]*thread.Thread),
-		rings:      make(map[ring.Key]*ring.Ring),
-		agents:     make(map[int]*agent),
-		perChannel: make(map[string]int),
-		clauses:    make(map[[2]string]int),
-		holds:      make(map[[2]string]bool),
-		heldMsgs:   make(map[int64]*vertex.Message),
+	return &Core{
+		cfg:          cfg,
+		log:          log,
+		rng:          rng,
+		msgs:         make(map[int64]*vertex.Message),
+		threads:      make(map[thread.Key]*thread.Thread),
+		rings:        make(map[ring.Key]*ring.Ring),
+		agents:       make(map[int]*agent),
+		perChannel:   make(map[string]int),
+		clauses:      make(map[[2]string]int),
+		heldDests:    make(map[[2]string]bool),
+		heldMessages: make(map[int64]*vertex.Message),
 	}
 }
 
 // Counters returns the running totals.
-func (s *Scheduler) Counters() Counters { return s.stats }
+func (s *Core) Counters() Counters { return s.stats }
 
 // Messages returns how many messages are in core.
-func (s *Scheduler) Messages() int { return len(s.msgs) }
+func (s *Core) Messages() int { return len(s.msgs) }
 
 // Agents returns how many agents exist, idle and ending ones included.
-func (s *Scheduler) Agents() int { return s.total }
+func (s *Core) Agents() int { return s.total }
 
 // Idle reports whether nothing is queued and no agent is busy: the state
 // in which `run -drain` may finish.
-func (s *Scheduler) Idle() bool {
+func (s *Core) Idle() bool {
 	if len(s.msgs) > 0 {
 		return false
 	}
@@ -216,9 +224,9 @@ func (s *Scheduler) Idle() bool {
 
 // NextWakeup returns when Tick should next be called; zero means only an
 // event can create work.
-func (s *Scheduler) NextWakeup() time.Time {
+func (s *Core) NextWakeup() time.Time {
 	var w time.Time
-	if t := s.timers.Min(); t != nil {
+	if t := s.agenda.Min(); t != nil {
 		w = t.Wake()
 	}
 	earlier := func(at time.Time) {
@@ -239,10 +247,10 @@ func (s *Scheduler) NextWakeup() time.Time {
 	return w
 }
 
-func (s *Scheduler) clause(i int) *config.Clause { return &s.cfg.Clauses[i] }
+func (s *Core) clause(i int) *config.Clause { return &s.cfg.Clauses[i] }
 
 // Arrive places a control file's pending recipients into threads and rings.
-func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
+func (s *Core) Arrive(now time.Time, a Arrival) error {
 	s.event("Arrive")
 	if _, dup := s.msgs[a.Inum]; dup {
 		return ErrDuplicate
@@ -286,7 +294,7 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 		v := vertex.New(m, &t.Key, g.Rcpts)
 		m.Vertices = append(m.Vertices, v)
 		s.placeVertex(t, v, now)
-		s.touch(t, now)
+		s.update(t, now)
 	}
 	if m.Pending == 0 {
 		s.complete(m)
@@ -299,8 +307,8 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 // in core instead of one per vertex, DESIGN §8), is ranked in t's ring,
 // counted in t and put on the heap its time calls for. Arrive places new
 // vertices through it, Reconfigure those a new clause routes; the caller
-// then touches t.
-func (s *Scheduler) placeVertex(t *thread.Thread, v *vertex.Vertex, now time.Time) {
+// then updates t.
+func (s *Core) placeVertex(t *thread.Thread, v *vertex.Vertex, now time.Time) {
 	v.Dest = &t.Key
 	s.orderAdd(s.ring(t), v, now)
 	t.Join(v)
@@ -309,7 +317,7 @@ func (s *Scheduler) placeVertex(t *thread.Thread, v *vertex.Vertex, now time.Tim
 
 // match returns the clause for (channel, host), cached: config.Match is a
 // linear glob scan and arrivals repeat destinations.
-func (s *Scheduler) match(channel, host string) (int, bool) {
+func (s *Core) match(channel, host string) (int, bool) {
 	k := [2]string{channel, host}
 	if ci, ok := s.clauses[k]; ok {
 		return ci, ci >= 0
@@ -330,7 +338,7 @@ const maxClauseCache = 1 << 16
 
 // thread finds or creates the thread and ring for a vertex: map lookups,
 // never scans.
-func (s *Scheduler) thread(ci int, channel, host string, now time.Time) *thread.Thread {
+func (s *Core) thread(ci int, channel, host string, now time.Time) *thread.Thread {
 	k := thread.Key{Clause: ci, Channel: channel, Host: host}
 	if t, ok := s.threads[k]; ok {
 		return t
@@ -338,14 +346,14 @@ func (s *Scheduler) thread(ci int, channel, host string, now time.Time) *thread.
 	c := s.clause(ci)
 	t := thread.New(k, thread.NewWindow(c))
 	t.QueueOnly = c.QueueOnly
-	t.Held = s.holds[[2]string{channel, host}]
-	s.recall(t, now)
+	t.Held = s.heldDests[[2]string{channel, host}]
+	s.restoreLearned(t, now)
 	s.threads[k] = t
 	s.ring(t).AddThread()
 	return t
 }
 
-func (s *Scheduler) ringKey(t *thread.Thread) ring.Key {
+func (s *Core) ringKey(t *thread.Thread) ring.Key {
 	k := ring.Key{Clause: t.Clause, Channel: t.Channel}
 	if s.clause(t.Clause).Command.HostBound() {
 		k.Host = t.Host
@@ -353,7 +361,7 @@ func (s *Scheduler) ringKey(t *thread.Thread) ring.Key {
 	return k
 }
 
-func (s *Scheduler) ring(t *thread.Thread) *ring.Ring {
+func (s *Core) ring(t *thread.Thread) *ring.Ring {
 	k := s.ringKey(t)
 	r, ok := s.rings[k]
 	if !ok {
@@ -364,39 +372,40 @@ func (s *Scheduler) ring(t *thread.Thread) *ring.Ring {
 	return r
 }
 
-// touch restores every index that depends on t after t changed: the ring's
-// wanting heap, the timer heap, and, if t wants an agent, gives it one.
-func (s *Scheduler) touch(t *thread.Thread, now time.Time) {
+// update restores every index that depends on t after t changed: the ring's
+// wanting heap and the agenda; it drops t once empty and idle, ends an ETRN
+// run with nothing due left, and, if t wants an agent, gives it one.
+func (s *Core) update(t *thread.Thread, now time.Time) {
 	s.reviveDue(t, now)
 	if t.Vertices() == 0 && t.Busy == 0 {
-		s.remember(t, now)
+		s.keepLearned(t, now)
 		s.dropThread(t)
 		return
 	}
-	if t.Turned && t.Busy == 0 && (t.Ready.Len() == 0 || t.BackingOff(now)) {
+	if t.ETRN && t.Busy == 0 && (t.Ready.Len() == 0 || t.BackingOff(now)) {
 		// An ETRN run ends when nothing due is left: what it deferred
 		// waits for the next ETRN, as queueonly means.
-		t.Turned = false
+		t.ETRN = false
 	}
 	r := s.ring(t)
 	r.Update(t, now)
-	s.timers.SetWake(t, t.NextWake(now))
+	s.agenda.SetWake(t, t.NextWake(now))
 	if r.Offers(t) {
 		s.serve(r, now, -1)
 	}
 }
 
-func (s *Scheduler) dropThread(t *thread.Thread) {
+func (s *Core) dropThread(t *thread.Thread) {
 	r := s.ring(t)
 	r.RemoveThread(t)
-	s.timers.SetWake(t, time.Time{})
+	s.agenda.SetWake(t, time.Time{})
 	delete(s.threads, t.Key)
 	if r.Empty() {
 		s.dropRing(r)
 	}
 }
 
-func (s *Scheduler) dropRing(r *ring.Ring) {
+func (s *Core) dropRing(r *ring.Ring) {
 	if r.Blocked() {
 		for i, x := range s.blocked {
 			if x == r {
@@ -410,7 +419,7 @@ func (s *Scheduler) dropRing(r *ring.Ring) {
 	s.ringGone(r.Key)
 }
 
-func (s *Scheduler) threadOf(v *vertex.Vertex) *thread.Thread {
+func (s *Core) threadOf(v *vertex.Vertex) *thread.Thread {
 	if v.Clause < 0 {
 		return nil
 	}
@@ -419,12 +428,12 @@ func (s *Scheduler) threadOf(v *vertex.Vertex) *thread.Thread {
 
 // Tick handles timers: threads whose time has come, job timeouts, idle
 // reaping and the expiry sweep.
-func (s *Scheduler) Tick(now time.Time) {
+func (s *Core) Tick(now time.Time) {
 	s.event("Tick")
-	for t := s.timers.Min(); t != nil && !t.Wake().After(now); t = s.timers.Min() {
-		s.timers.SetWake(t, time.Time{})
+	for t := s.agenda.Min(); t != nil && !t.Wake().After(now); t = s.agenda.Min() {
+		s.agenda.SetWake(t, time.Time{})
 		t.Promote(now)
-		s.touch(t, now)
+		s.update(t, now)
 	}
 	if !s.nextSweep.IsZero() && !now.Before(s.nextSweep) {
 		s.sweepAgents(now)
@@ -442,22 +451,22 @@ func (s *Scheduler) Tick(now time.Time) {
 }
 
 // Has reports whether message inum is in core.
-func (s *Scheduler) Has(inum int64) bool {
+func (s *Core) Has(inum int64) bool {
 	_, ok := s.msgs[inum]
 	return ok
 }
 
 // dropRcpt removes v's recipient i (vertex.Drop) and un-counts it in v's
 // thread.
-func (s *Scheduler) dropRcpt(v *vertex.Vertex, i int) vertex.Rcpt {
+func (s *Core) dropRcpt(v *vertex.Vertex, i int) vertex.Rcpt {
 	if t := s.threadOf(v); t != nil {
 		t.Drop(v, 1)
 	}
 	return v.Drop(i)
 }
 
-// holds reports whether a has a job line for message inum outstanding.
-func (a *agent) holds(inum int64) bool {
+// hasJob reports whether a has a job line for message inum outstanding.
+func (a *agent) hasJob(inum int64) bool {
 	for _, e := range a.fifo {
 		if e.kind == entryJob && e.msg.Inum == inum {
 			return true

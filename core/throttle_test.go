@@ -157,7 +157,7 @@ func sortDurations(d []time.Duration) {
 // driven is a core driven by hand, for exits no simulated agent makes.
 type driven struct {
 	t   *testing.T
-	s   *core.Scheduler
+	s   *core.Core
 	now time.Time
 }
 

@@ -67,7 +67,7 @@ type ThreadView struct {
 	Oldest     time.Time // arrival of its oldest message
 	LastText   string
 	QueueOnly  bool
-	Turned     bool
+	ETRN       bool // an ETRN released the queueonly thread until nothing is due
 	Held       bool
 	HostBound  bool // its ring is one host's ($host in the command)
 }
@@ -109,7 +109,7 @@ type AgentView struct {
 // host. It does not change the core. Its cost follows the threads and
 // agents in core, not the recipients: the counts it shows are kept as
 // vertices come and go (Tally, Ring.Jobs).
-func (s *Scheduler) Rings(now time.Time) []RingView {
+func (s *Core) Rings(now time.Time) []RingView {
 	byRing := make(map[*ring.Ring]*RingView, len(s.rings))
 	view := func(r *ring.Ring) *RingView {
 		rv, ok := byRing[r]
@@ -162,7 +162,7 @@ func (s *Scheduler) Rings(now time.Time) []RingView {
 }
 
 // attachedAgents maps each thread to the ids of the agents on it, sorted.
-func (s *Scheduler) attachedAgents() map[*thread.Thread][]int {
+func (s *Core) attachedAgents() map[*thread.Thread][]int {
 	m := make(map[*thread.Thread][]int)
 	for id, a := range s.agents {
 		if a.thread != nil {
@@ -176,7 +176,7 @@ func (s *Scheduler) attachedAgents() map[*thread.Thread][]int {
 }
 
 // Thread returns one destination, or false when it is not in core.
-func (s *Scheduler) Thread(now time.Time, channel, host string) (ThreadView, bool) {
+func (s *Core) Thread(now time.Time, channel, host string) (ThreadView, bool) {
 	t := s.findThread(channel, host)
 	if t == nil {
 		return ThreadView{}, false
@@ -186,7 +186,7 @@ func (s *Scheduler) Thread(now time.Time, channel, host string) (ThreadView, boo
 
 // findThread returns the thread of (channel, host) under the clause that
 // routes it now.
-func (s *Scheduler) findThread(channel, host string) *thread.Thread {
+func (s *Core) findThread(channel, host string) *thread.Thread {
 	host = strings.ToLower(host)
 	ci, ok := s.cfg.Match(channel, host)
 	if !ok {
@@ -195,12 +195,12 @@ func (s *Scheduler) findThread(channel, host string) *thread.Thread {
 	return s.threads[thread.Key{Clause: ci, Channel: channel, Host: host}]
 }
 
-func (s *Scheduler) threadView(t *thread.Thread, now time.Time, agents []int) ThreadView {
+func (s *Core) threadView(t *thread.Thread, now time.Time, agents []int) ThreadView {
 	tv := ThreadView{
 		Channel: t.Channel, Host: t.Host, Vertices: t.Vertices(), Attempts: t.Attempts,
 		Agents: agents, Window: t.Window.Limit(), MaxThr: s.clause(t.Clause).MaxThr,
 		State: s.threadState(t, now), Wake: t.Wake(), LastText: t.LastText,
-		QueueOnly: t.QueueOnly, Turned: t.Turned, Held: t.Held,
+		QueueOnly: t.QueueOnly, ETRN: t.ETRN, Held: t.Held,
 	}
 	tv.Ceiling, tv.Confirmed = t.Window.LearnedCeiling(now)
 	if t.BackingOff(now) {
@@ -217,11 +217,11 @@ func (s *Scheduler) threadView(t *thread.Thread, now time.Time, agents []int) Th
 	return tv
 }
 
-func (s *Scheduler) threadState(t *thread.Thread, now time.Time) ThreadState {
+func (s *Core) threadState(t *thread.Thread, now time.Time) ThreadState {
 	switch {
 	case t.Held:
 		return ThreadHeld
-	case t.QueueOnly && !t.Turned:
+	case t.QueueOnly && !t.ETRN:
 		return ThreadQueueOnly
 	case t.Window.Dead() && t.BackingOff(now):
 		return ThreadDead
@@ -239,12 +239,12 @@ func (s *Scheduler) threadState(t *thread.Thread, now time.Time) ThreadState {
 
 // limit names what keeps a thread that wants an agent from one, checking
 // the limits in the order obtain does.
-func (s *Scheduler) limit(t *thread.Thread, now time.Time) Reason {
+func (s *Core) limit(t *thread.Thread, now time.Time) Reason {
 	c := s.clause(t.Clause)
 	r := s.rings[s.ringKey(t)]
 	rate := s.cfg.Scheduler.ForkRate
 	switch {
-	case s.quiet:
+	case s.stopping:
 		return ReasonStopping
 	case r != nil && s.transportClosed(r, now):
 		return ReasonTransport
@@ -261,7 +261,7 @@ func (s *Scheduler) limit(t *thread.Thread, now time.Time) Reason {
 }
 
 // AgentViews returns every agent, by id.
-func (s *Scheduler) AgentViews() []AgentView {
+func (s *Core) AgentViews() []AgentView {
 	out := make([]AgentView, 0, len(s.agents))
 	for id, a := range s.agents {
 		av := AgentView{ID: id, Channel: a.channel, Host: a.host, State: a.state.String(), Jobs: a.jobs, Heard: a.heard}
@@ -304,7 +304,7 @@ type DestWindow struct {
 
 // Gauges counts messages, vertices, recipients, threads by state and agents
 // by state, and returns the windows of the n busiest destinations.
-func (s *Scheduler) Gauges(now time.Time, n int) Gauges {
+func (s *Core) Gauges(now time.Time, n int) Gauges {
 	g := Gauges{Messages: len(s.msgs), Agents: make(map[string]int)}
 	for _, name := range agentStateNames {
 		g.Agents[name] = 0
@@ -353,7 +353,7 @@ type ShapeRow struct {
 
 // Shape counts pending recipients per host by age (now − arrival): Postfix's
 // qshape. The first row is the total; then the top hosts by count.
-func (s *Scheduler) Shape(now time.Time, buckets []time.Duration, top int) []ShapeRow {
+func (s *Core) Shape(now time.Time, buckets []time.Duration, top int) []ShapeRow {
 	rows := make(map[string]*ShapeRow)
 	total := &ShapeRow{Host: "TOTAL", Counts: make([]int, len(buckets)+1)}
 	count := func(host string, arrival time.Time, n int) {

@@ -119,7 +119,7 @@ func (w Why) String() string {
 	return w.Reason.String()
 }
 
-func (s *Scheduler) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
+func (s *Core) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
 	switch {
 	case v.Agent != 0:
 		return Why{Reason: ReasonRunning, Agent: v.Agent}
@@ -129,7 +129,7 @@ func (s *Scheduler) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
 		return Why{Reason: ReasonHeldMessage}
 	case t.Held:
 		return Why{Reason: ReasonHeldThread}
-	case t.QueueOnly && !t.Turned:
+	case t.QueueOnly && !t.ETRN:
 		return Why{Reason: ReasonQueueOnly}
 	case t.Window.Dead() && t.BackingOff(now):
 		return Why{Reason: ReasonDead, Until: t.BackoffUntil}
@@ -164,7 +164,7 @@ func (s *Scheduler) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
 	return w
 }
 
-func (s *Scheduler) vertexView(v *vertex.Vertex, t *thread.Thread, now time.Time) VertexView {
+func (s *Core) vertexView(v *vertex.Vertex, t *thread.Thread, now time.Time) VertexView {
 	vv := VertexView{
 		Path: v.Msg.Path, Inum: v.Msg.Inum, Channel: v.Channel, Host: v.Host,
 		Rcpts: append([]vertex.Rcpt(nil), v.Rcpts...), Attempts: int(v.Attempts),
@@ -202,7 +202,7 @@ type MessageView struct {
 // Message returns a message's view for WHY. id is its control file path
 // relative to transport/, its inode number or its body name (which is the
 // control file's name when zsched or ZMailer's router queued it).
-func (s *Scheduler) Message(now time.Time, id string) (MessageView, error) {
+func (s *Core) Message(now time.Time, id string) (MessageView, error) {
 	m := s.lookup(id)
 	if m == nil {
 		return MessageView{}, fmt.Errorf("%w: %q", ErrNoMessage, id)
@@ -221,7 +221,7 @@ func (s *Scheduler) Message(now time.Time, id string) (MessageView, error) {
 	return mv, nil
 }
 
-func (s *Scheduler) lookup(id string) *vertex.Message {
+func (s *Core) lookup(id string) *vertex.Message {
 	id = strings.TrimSpace(id)
 	if id == "" {
 		return nil
@@ -272,7 +272,7 @@ func ctlName(id string) bool {
 
 // threadVertices returns every vertex of t: ready, waiting, fed, and those
 // of held messages.
-func (s *Scheduler) threadVertices(t *thread.Thread) []*vertex.Vertex {
+func (s *Core) threadVertices(t *thread.Thread) []*vertex.Vertex {
 	var vs []*vertex.Vertex
 	add := func(v *vertex.Vertex) { vs = append(vs, v) }
 	t.Ready.Each(add)
@@ -287,7 +287,7 @@ func (s *Scheduler) threadVertices(t *thread.Thread) []*vertex.Vertex {
 			}
 		}
 	}
-	for _, m := range s.heldMsgs {
+	for _, m := range s.heldMessages {
 		for _, v := range m.Vertices {
 			if !v.Queued() && v.Agent == 0 && mine(v) {
 				vs = append(vs, v)
@@ -300,7 +300,7 @@ func (s *Scheduler) threadVertices(t *thread.Thread) []*vertex.Vertex {
 
 // ThreadVertices returns the vertices of one destination in feed order, for
 // SHOW THREAD; nil when the thread is not in core.
-func (s *Scheduler) ThreadVertices(now time.Time, channel, host string) []VertexView {
+func (s *Core) ThreadVertices(now time.Time, channel, host string) []VertexView {
 	t := s.findThread(channel, host)
 	if t == nil {
 		return nil

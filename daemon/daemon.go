@@ -50,7 +50,7 @@ type Daemon struct {
 	opt   Options
 	log   hclog.Logger
 	spool *ctlfile.Spool
-	core  *core.Scheduler
+	core  *core.Core
 	now   func() time.Time
 	// coreLog is the core's logger (intake.go: endStartup mutes it).
 	coreLog *mutable
@@ -175,7 +175,7 @@ func (d *Daemon) listenNotify() error {
 }
 
 // Core exposes the scheduling core (for tests and the control socket).
-func (d *Daemon) Core() *core.Scheduler { return d.core }
+func (d *Daemon) Core() *core.Core { return d.core }
 
 // Run runs the scheduler until ctx is cancelled or, with Drain, the queue
 // is empty. Shutdown ends every agent gracefully within the configured
@@ -377,7 +377,7 @@ func exitReason(ev agent.Event) string {
 // turn handles a ZMailer ETRN request file ("T domain ip").
 func (d *Daemon) turn(rel string, f *ctlfile.File) {
 	for _, t := range f.Turn {
-		n := d.core.Turn(d.now(), t.Domain)
+		n := d.core.ETRN(d.now(), t.Domain)
 		d.log.Info("etrn request file", "msg", rel, "domain", t.Domain, "client", t.IP, "started", n)
 	}
 	if err := d.spool.Remove(f.Files(rel)); err != nil {

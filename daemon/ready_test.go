@@ -4,7 +4,7 @@ import "zsched/core"
 
 // discard takes the core's batch and drops it (tests whose agents are
 // never started).
-func discard(c *core.Scheduler) {
+func discard(c *core.Core) {
 	c.Ready()
 	c.Advance()
 }

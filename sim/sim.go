@@ -100,7 +100,7 @@ type Agent struct {
 
 // Sim is one simulation.
 type Sim struct {
-	Core     *core.Scheduler
+	Core     *core.Core
 	Now      time.Time
 	Behavior Behavior
 	// Check runs the core's invariant check after every event.

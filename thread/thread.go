@@ -43,7 +43,7 @@ type Thread struct {
 	LastText     string
 
 	QueueOnly bool // starts only by ETRN
-	Turned    bool // an ETRN has released a queueonly thread
+	ETRN      bool // an ETRN released the queueonly thread: it runs until nothing is due
 	Held      bool // operator hold
 
 	// wake is the time the core's agenda (a ByWake heap) holds the thread
@@ -114,7 +114,7 @@ func (t *Thread) BackingOff(now time.Time) bool { return now.Before(t.BackoffUnt
 // Startable reports whether nothing but an agent keeps the thread from
 // being fed at now.
 func (t *Thread) Startable(now time.Time) bool {
-	if t.Held || (t.QueueOnly && !t.Turned) || t.BackingOff(now) {
+	if t.Held || (t.QueueOnly && !t.ETRN) || t.BackingOff(now) {
 		return false
 	}
 	return t.Ready.Len() > 0
