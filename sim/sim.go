@@ -52,6 +52,8 @@ type Job struct {
 	Msg   *Msg
 	Host  string
 	Rcpts []*Rcpt
+	// Reported counts the recipients a manual agent reported so far.
+	Reported int
 }
 
 // Response is an agent's answer to one job.
@@ -93,6 +95,11 @@ type Agent struct {
 	Channel string
 	Host    string
 	Jobs    []string // job lines received, in order
+	// Pending are the jobs a manual agent (Sim.Manual) was given and has
+	// not finished (#hungry) yet, oldest first; lines are the lines it
+	// must answer with #hungry, true for a job line.
+	Pending []*Job
+	lines   []bool
 	busyAt  time.Time
 	dead    bool
 	hung    bool
@@ -105,6 +112,11 @@ type Sim struct {
 	Behavior Behavior
 	// Check runs the core's invariant check after every event.
 	Check bool
+	// Manual, when set, makes agents do nothing by themselves: they say
+	// #hungry, report and exit when the caller says so (Hungry, Report,
+	// Line, Exit), as a scenario script drives them; job lines wait in
+	// Agent.Pending. Behavior is not used.
+	Manual bool
 	// OnReady, when set, sees each batch of the core's actions before the
 	// simulation carries it out (d lines, completions and DSN requests are
 	// the daemon's business: tests act the daemon's part there).
@@ -285,7 +297,11 @@ func (s *Sim) apply() {
 			a := &Agent{ID: sp.Agent, Channel: sp.Channel, Host: sp.Host}
 			s.Agents[a.ID] = a
 			s.PeakAgents = max(s.PeakAgents, len(s.Agents))
-			s.post(s.Now, a.ID, "#hungry", false)
+			if s.Manual {
+				a.lines = append(a.lines, false)
+			} else {
+				s.post(s.Now, a.ID, "#hungry", false)
+			}
 		}
 		for _, w := range r.Writes {
 			s.write(s.Agents[w.Agent], w.Line)
@@ -358,7 +374,11 @@ func (s *Sim) write(a *Agent, line string) {
 	}
 	if line == "#idle" {
 		a.busyAt = start
-		s.post(start, a.ID, "#hungry", false)
+		if s.Manual {
+			a.lines = append(a.lines, false)
+		} else {
+			s.post(start, a.ID, "#hungry", false)
+		}
 		return
 	}
 	path, host, _ := strings.Cut(line, "\t")
@@ -377,6 +397,11 @@ func (s *Sim) write(a *Agent, line string) {
 				j.Rcpts = append(j.Rcpts, r)
 			}
 		}
+	}
+	if s.Manual {
+		a.Pending = append(a.Pending, &j)
+		a.lines = append(a.lines, true)
+		return
 	}
 	if len(j.Rcpts) == 0 {
 		s.post(start, a.ID, "#resync "+path, false)
@@ -400,11 +425,31 @@ func (s *Sim) write(a *Agent, line string) {
 	}
 	s.Busy[host]++
 	s.PeakBusy[host] = max(s.PeakBusy[host], s.Busy[host])
+	for _, l := range mark(j, resp) {
+		s.post(done, a.ID, l, false)
+	}
+	s.post(done, a.ID, "\x00done "+host, false)
+	switch {
+	case resp.Hang:
+		a.hung = true
+	case resp.Crash:
+		a.dead = true
+		s.post(done, a.ID, "", true)
+	default:
+		unlock(j)
+		s.post(done, a.ID, "#hungry", false)
+	}
+}
+
+// mark marks the recipients of j as resp says, as an agent marks the
+// control file, and returns the report lines it writes.
+func mark(j Job, resp Response) []string {
+	var lines []string
 	for i, r := range j.Rcpts {
 		if i >= len(resp.Status) {
 			break
 		}
-		l := report.Line{Inum: m.Inum, Offset: r.Offset, Status: resp.Status[i], Retry: resp.Retry, Text: resp.Text}
+		l := report.Line{Inum: j.Msg.Inum, Offset: r.Offset, Status: resp.Status[i], Retry: resp.Retry, Text: resp.Text}
 		if !resp.Notary.IsZero() {
 			l.Notary = resp.Notary
 			l.Notary.Recipient = r.User
@@ -420,23 +465,84 @@ func (s *Sim) write(a *Agent, line string) {
 		default:
 			r.Status = ' '
 		}
-		s.post(done, a.ID, l.String(), false)
+		lines = append(lines, l.String())
 	}
-	s.post(done, a.ID, "\x00done "+host, false)
-	switch {
-	case resp.Hang:
-		a.hung = true
-	case resp.Crash:
-		a.dead = true
-		s.post(done, a.ID, "", true)
-	default:
-		for _, r := range j.Rcpts {
-			if r.Status == '~' {
-				r.Status = ' ' // unreported: the agent unlocks, as libta does
-			}
+	return lines
+}
+
+// unlock unlocks the recipients of j left unreported, as libta does.
+func unlock(j Job) {
+	for _, r := range j.Rcpts {
+		if r.Status == '~' {
+			r.Status = ' '
 		}
-		s.post(done, a.ID, "#hungry", false)
 	}
+}
+
+// Line has agent id write line now (a manual agent: Manual).
+func (s *Sim) Line(id int, line string) error {
+	if a := s.Agents[id]; a == nil || a.dead {
+		return fmt.Errorf("sim: agent %d is not running", id)
+	}
+	s.Core.AgentLine(s.Now, id, line)
+	s.apply()
+	return nil
+}
+
+// Hungry has agent id say #hungry now. A manual agent that was working on
+// a job has finished it: the recipients it did not report are unlocked, as
+// libta does.
+func (s *Sim) Hungry(id int) error {
+	if a := s.Agents[id]; a != nil && len(a.lines) > 0 {
+		if a.lines[0] && len(a.Pending) > 0 {
+			unlock(*a.Pending[0])
+			a.Pending = a.Pending[1:]
+		}
+		a.lines = a.lines[1:]
+	}
+	return s.Line(id, "#hungry")
+}
+
+// Report has manual agent id report on the next recipients of the oldest
+// job it holds, one per status in resp.Status, or say #resync when the job
+// matched no recipient. The job lasts until the agent says #hungry. It
+// returns an error when the agent holds no job.
+func (s *Sim) Report(id int, resp Response) error {
+	a := s.Agents[id]
+	if a == nil || len(a.Pending) == 0 {
+		return fmt.Errorf("sim: agent %d holds no job", id)
+	}
+	j := a.Pending[0]
+	if len(j.Rcpts) == 0 {
+		path := ""
+		if j.Msg != nil {
+			path = j.Msg.Path
+		}
+		return s.Line(id, "#resync "+path)
+	}
+	rest := *j
+	rest.Rcpts = j.Rcpts[min(j.Reported, len(j.Rcpts)):]
+	j.Reported += min(len(resp.Status), len(rest.Rcpts))
+	for _, l := range mark(rest, resp) {
+		if err := s.Line(id, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Exit has agent id's process exit now, holding what it holds: its locks
+// stay until the core's re-read resets them.
+func (s *Sim) Exit(id int) error {
+	a := s.Agents[id]
+	if a == nil {
+		return fmt.Errorf("sim: agent %d is not running", id)
+	}
+	a.dead = true
+	delete(s.Agents, id)
+	s.Core.AgentExited(s.Now, id, "simulated exit")
+	s.apply()
+	return nil
 }
 
 // Step handles the next event or timer; it returns false when nothing is
