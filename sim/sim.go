@@ -1,9 +1,10 @@
 // Package sim runs the scheduling core against simulated transport agents
-// and a fake clock: the harness for scenario tests, property tests and the
-// feedback and preemption experiments. Agents answer job lines through a
-// Behavior after a simulated service time; control files are in-memory
-// recipient tables that agents mark as real ones do. Everything is
-// deterministic for a given seed.
+// and a fake clock: the harness for scenario scripts, property tests, the
+// replay test and the feedback and preemption experiments. Agents answer
+// job lines through a Behavior after a simulated service time, or, Manual,
+// line by line as a script says; control files are in-memory recipient
+// tables that agents mark as real ones do. Format writes a batch of the
+// core's actions as text. Everything is deterministic for a given seed.
 package sim
 
 import (

@@ -1,7 +1,10 @@
 // Package thread owns one destination: all vertices with the same
 // (clause, channel, host), the order they are fed in, their retry times, the
-// thread's own back-off after site failures, and its concurrency window
-// (Postfix 2.5 feedback). Pure: time arrives as an argument, randomness as a
+// thread's own back-off after site failures, its concurrency window
+// (Postfix 2.5 feedback) and the tally of its recipients for the operator
+// views; and the heaps of threads (Heap): the core's agenda by wake time and
+// each ring's threads by their best vertex, whose places in a thread only
+// Heap writes. Pure: time arrives as an argument, randomness as a
 // *rand.Rand, and nothing here performs I/O.
 package thread
 
