@@ -126,6 +126,7 @@ func TestReplayIsByteIdentical(t *testing.T) {
 		{"etrn/", 5},                        // ETRN
 		{"reload: clause changed", 3},       // reloads
 		{"destination is dead", 3},          // feedback
+		{"\nthrottle a", 3},                 // transport failures
 	} {
 		if n := bytes.Count(first, []byte(want.what)); n < want.min {
 			t.Errorf("the script reached %q %d times, want at least %d", want.what, n, want.min)
@@ -203,6 +204,34 @@ func replay(t *testing.T, seed int64) []byte {
 		s.Advance(s.Now.Sub(sim.Epoch) + 5*time.Minute)
 		reload(base)
 	}
+	// Nine agents in five rings go idle at one instant, maxta is
+	// reached, and rings with no agent want one: each takes the slot of
+	// an idle agent of another ring, all idle as long (reclaim).
+	for round := range 3 {
+		tag := "r" + strconv.Itoa(round)
+		var rcpts []string
+		for _, h := range hosts["local"] {
+			rcpts = append(rcpts, "local/"+h+"/"+tag)
+		}
+		for _, h := range hosts["smtp"][:4] {
+			rcpts = append(rcpts, "smtp/"+h+"/"+tag)
+		}
+		s.Enqueue(append(rcpts, "bulk/m1.test/"+tag, "bulk/m2.test/"+tag)...)
+		s.Advance(s.Now.Sub(sim.Epoch) + 20*time.Second)
+		s.Enqueue("spare1/s.test/"+tag, "spare2/s.test/"+tag)
+		s.Advance(s.Now.Sub(sim.Epoch) + 5*time.Minute)
+	}
+	// A dozen messages held together expire together (sweepHeld), past
+	// expiry and expiry2.
+	var held []string
+	for i := range 12 {
+		m := s.Enqueue("etrn/x.client.test/h" + strconv.Itoa(i))
+		held = append(held, m.Path)
+	}
+	for _, id := range held {
+		op("hold "+id, func(now time.Time) { s.Core.HoldMessage(now, id) })
+	}
+	s.Advance(s.Now.Sub(sim.Epoch) + 3*time.Hour)
 	s.Behavior = replayAgent(rng)
 	for step := 0; step < 1000 && s.Err() == nil; step++ {
 		switch x := rng.Intn(100); {

@@ -70,6 +70,13 @@ func Format(r *core.Ready) string {
 	for _, d := range r.DSNs {
 		b.WriteString("dsn " + d.Path + "\n")
 	}
+	for _, th := range r.Throttles {
+		fmt.Fprintf(&b, "throttle a%d clause=%d %s/%s", th.Agent, th.Clause, th.Channel, th.Host)
+		if th.Ring != "" {
+			b.WriteString(" ring=" + th.Ring)
+		}
+		fmt.Fprintf(&b, " until=%s backoff=%s failures=%d: %s\n", At(th.Until), th.Backoff, th.Failures, th.Reason)
+	}
 	return b.String()
 }
 
