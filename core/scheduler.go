@@ -157,12 +157,6 @@ type Core struct {
 	words       map[ring.Key]*words
 }
 
-// Scheduler is Core's former name, kept while branches written against
-// it are merged; new code says Core.
-//
-// Deprecated: use Core.
-type Scheduler = Core
-
 // Counters are the scheduler's running totals.
 type Counters struct {
 	Arrived     int64

@@ -128,7 +128,7 @@ type run struct {
 	w    *Workload
 	m    Model
 	o    Options
-	core *core.Scheduler
+	core *core.Core
 	rng  *rand.Rand
 	now  time.Time
 
