@@ -149,12 +149,16 @@ type Ready struct {
 	Rereads   []Reread
 	DSNs      []DSN // after Diags: the d lines they report are written
 	Throttles []Throttle
+	// Observations are what the core saw and decided, in order: no
+	// effects, data to log, count and measure (observation.go).
+	Observations []Observation
 }
 
 // Empty reports whether there is nothing to do.
 func (r *Ready) Empty() bool {
 	return len(r.Spawns)+len(r.Writes)+len(r.Stops)+len(r.Diags)+
-		len(r.Outcomes)+len(r.Completes)+len(r.Rereads)+len(r.DSNs)+len(r.Throttles) == 0
+		len(r.Outcomes)+len(r.Completes)+len(r.Rereads)+len(r.DSNs)+len(r.Throttles)+
+		len(r.Observations) == 0
 }
 
 // HasReady reports whether events since the batch in hand was taken (or
@@ -231,15 +235,16 @@ const readyKeep = 4096
 // hold no strings or messages alive.
 func (r *Ready) reuse() Ready {
 	return Ready{
-		Spawns:    reuseSlice(r.Spawns),
-		Writes:    reuseSlice(r.Writes),
-		Stops:     reuseSlice(r.Stops),
-		Diags:     reuseSlice(r.Diags),
-		Outcomes:  reuseSlice(r.Outcomes),
-		Completes: reuseSlice(r.Completes),
-		Rereads:   reuseSlice(r.Rereads),
-		DSNs:      reuseSlice(r.DSNs),
-		Throttles: reuseSlice(r.Throttles),
+		Spawns:       reuseSlice(r.Spawns),
+		Writes:       reuseSlice(r.Writes),
+		Stops:        reuseSlice(r.Stops),
+		Diags:        reuseSlice(r.Diags),
+		Outcomes:     reuseSlice(r.Outcomes),
+		Completes:    reuseSlice(r.Completes),
+		Rereads:      reuseSlice(r.Rereads),
+		DSNs:         reuseSlice(r.DSNs),
+		Throttles:    reuseSlice(r.Throttles),
+		Observations: reuseSlice(r.Observations),
 	}
 }
 

@@ -177,7 +177,7 @@ func (s *Core) ETRN(now time.Time, name string) int {
 			n++
 		}
 	}
-	s.log.Debug("etrn", "name", name, "threads", len(ts), "started", n)
+	s.observe(Observation{Kind: ObservedETRN, Host: name, Threads: len(ts), Started: n})
 	return n
 }
 

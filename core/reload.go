@@ -69,7 +69,7 @@ func (s *Core) Reconfigure(now time.Time, cfg *config.Config) error {
 	}
 
 	old := s.cfg
-	s.logChanges(old, cfg)
+	changes := configChanges(old, cfg)
 	s.cfg = cfg
 	s.dests.trim(cfg.Scheduler.LearnedMax) // a lowered learned_max
 	clear(s.clauses)
@@ -241,9 +241,9 @@ func (s *Core) Reconfigure(now time.Time, cfg *config.Config) error {
 		s.update(t, now)
 	}
 	s.unblock(now)
-	s.log.Info("configuration reloaded", "file", cfg.File, "clauses", len(cfg.Clauses),
-		"threads", len(s.threads), "threads_moved_ring", moved, "windows_clamped", clamped,
-		"agents_retired", retired, "rcpts_routed", routed, "unrouted_vertices", len(s.unmatched))
+	s.observe(Observation{Kind: ObservedReloaded, Reload: &Reload{File: cfg.File, Clauses: len(cfg.Clauses),
+		Threads: len(s.threads), ThreadsMoved: moved, WindowsClamped: clamped, AgentsRetired: retired,
+		RcptsRouted: routed, Unrouted: len(s.unmatched), Changes: changes}})
 	return nil
 }
 
@@ -301,11 +301,13 @@ func (s *Core) ending(r *ring.Ring) int {
 	return n
 }
 
-// logChanges logs what a reload changes: scheduler settings and clauses
-// added, removed or with different attributes (matched by select pattern).
-func (s *Core) logChanges(old, cfg *config.Config) {
+// configChanges lists what a reload changes: scheduler settings and
+// clauses added, removed or with different attributes (matched by select
+// pattern).
+func configChanges(old, cfg *config.Config) []Change {
+	var cs []Change
 	for _, d := range fieldDiff(old.Scheduler, cfg.Scheduler) {
-		s.log.Info("reload: scheduler setting changed", "key", d[0], "from", d[1], "to", d[2])
+		cs = append(cs, Change{What: "scheduler setting changed", Key: d[0], From: d[1], To: d[2]})
 	}
 	was := make(map[string]*config.Clause, len(old.Clauses))
 	for i := range old.Clauses {
@@ -322,21 +324,22 @@ func (s *Core) logChanges(old, cfg *config.Config) {
 		seen[c.Select] = true
 		o, ok := was[c.Select]
 		if !ok {
-			s.log.Info("reload: clause added", "select", c.Select, "index", i, "line", c.Line)
+			cs = append(cs, Change{What: "clause added", Select: c.Select, Index: i, Line: c.Line})
 			continue
 		}
 		for _, d := range fieldDiff(*o, *c) {
 			if d[0] == "Line" {
 				continue
 			}
-			s.log.Info("reload: clause changed", "select", c.Select, "key", d[0], "from", d[1], "to", d[2])
+			cs = append(cs, Change{What: "clause changed", Select: c.Select, Key: d[0], From: d[1], To: d[2]})
 		}
 	}
 	for _, sel := range slices.Sorted(maps.Keys(was)) {
 		if !seen[sel] {
-			s.log.Info("reload: clause removed", "select", sel)
+			cs = append(cs, Change{What: "clause removed", Select: sel})
 		}
 	}
+	return cs
 }
 
 // fieldDiff returns [name, old, new] for each exported field of two structs

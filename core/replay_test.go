@@ -125,7 +125,8 @@ func TestReplayIsByteIdentical(t *testing.T) {
 		{" ok2 attempts=", 5},               //
 		{"etrn/", 5},                        // ETRN
 		{"reload: clause changed", 3},       // reloads
-		{"destination is dead", 3},          // feedback
+		{"\ndead smtp/", 3},                 // feedback
+		{"\nfeedback ", 100},                //
 		{"\nthrottle a", 3},                 // transport failures
 	} {
 		if n := bytes.Count(first, []byte(want.what)); n < want.min {

@@ -111,8 +111,8 @@ func (s *Core) transportWorks(a *agent, now time.Time) {
 		return
 	}
 	delete(s.throttles, th.key)
-	s.log.Info("transport works again", "clause", s.clause(a.clause).Select, "channel", a.channel,
-		"host", a.host, "agent", a.id, "failures", th.failures)
+	s.observe(Observation{Kind: ObservedTransportWorks, Clause: s.clause(a.clause).Select, Channel: a.channel,
+		Host: a.host, Agent: a.id, Failures: th.failures})
 	// Its other threads may be waiting for an agent.
 	s.serve(a.ring, now, -1)
 }

@@ -74,6 +74,10 @@ func (d *Daemon) apply() {
 		for _, th := range r.Throttles {
 			d.logThrottle(th)
 		}
+		d.observed(r.Observations)
+		if d.opt.OnBatch != nil {
+			d.opt.OnBatch(&r)
+		}
 		now := d.now()
 		for _, rr := range r.Rereads {
 			d.reread(now, rr)

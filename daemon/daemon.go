@@ -42,6 +42,10 @@ type Options struct {
 	// read has begun, "RELOADING=1…" and "READY=1" around a reload,
 	// "STOPPING=1" when shutdown begins.
 	Notify func(state string)
+	// OnBatch, when set, sees each batch of the core's effects and
+	// observations before the daemon carries it out, on the daemon's
+	// goroutine; it must not keep the batch (the lab measures with it).
+	OnBatch func(r *core.Ready)
 }
 
 // Daemon is a running scheduler.
@@ -52,8 +56,12 @@ type Daemon struct {
 	spool *ctlfile.Spool
 	core  *core.Core
 	now   func() time.Time
-	// coreLog is the core's logger (intake.go: endStartup mutes it).
-	coreLog *mutable
+	// coreLog is the core's logger; observe.go logs its observations
+	// there too.
+	coreLog hclog.Logger
+	// quietReloads counts the daemon's own reloads (endStartup) whose
+	// Reloaded observation is still to come: not logged as the operator's.
+	quietReloads int
 	// outcomeLine is logOutcome's key/value list, reused line to line.
 	outcomeLine *outcomeLine
 
@@ -120,7 +128,7 @@ func New(cfg *config.Config, log hclog.Logger, opt Options) (*Daemon, error) {
 	}
 	d.spool.SetMaxControlSize(int64(cfg.Scheduler.MaxControlSize))
 	d.in.startup = cfg.Scheduler.StartupMaxRing > 0
-	d.coreLog = &mutable{Logger: log.Named("core")}
+	d.coreLog = log.Named("core")
 	d.core = core.New(d.coreConfig(cfg), d.coreLog, rand.New(rand.NewSource(seed)))
 	if err := d.spool.Init(); err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
@@ -357,6 +365,10 @@ func (d *Daemon) applyLog() {
 		for _, c := range r.Completes {
 			d.left(c.Inum)
 			d.finish(c)
+		}
+		d.observed(r.Observations)
+		if d.opt.OnBatch != nil {
+			d.opt.OnBatch(&r)
 		}
 		now := d.now()
 		for _, rr := range r.Rereads {

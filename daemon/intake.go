@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"zsched/config"
 	"zsched/core"
 	"zsched/ctlfile"
@@ -539,10 +537,10 @@ func (d *Daemon) startupCheck(now time.Time) {
 // endStartup opens delivery to the configured limits.
 func (d *Daemon) endStartup(now time.Time, why string) {
 	d.in.startup = false
-	// Not an operator's reload: the core's reload lines would mislead.
-	d.coreLog.mute = true
 	err := d.core.Reconfigure(now, d.cfg)
-	d.coreLog.mute = false
+	if err == nil {
+		d.quietReloads++ // observe.go
+	}
 	if err != nil {
 		// The same clauses route the same destinations: cannot happen.
 		d.log.Error("cannot lift the startup limit", "error", err)
@@ -551,19 +549,6 @@ func (d *Daemon) endStartup(now time.Time, why string) {
 	d.log.Info("startup read over: delivery opens to the configured limits", "reason", why,
 		"files_read", d.in.firstRead, "seconds", now.Sub(d.in.started).Seconds(),
 		"jobs_dispatched", d.core.Latency().Count())
-}
-
-// mutable is the core's logger: the daemon mutes its informational lines
-// while it reconfigures the core itself.
-type mutable struct {
-	hclog.Logger
-	mute bool
-}
-
-func (m *mutable) Info(msg string, args ...any) {
-	if !m.mute {
-		m.Logger.Info(msg, args...)
-	}
 }
 
 // settled lowers the recipient count for an outcome that ends a recipient.

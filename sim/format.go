@@ -77,7 +77,55 @@ func Format(r *core.Ready) string {
 		}
 		fmt.Fprintf(&b, " until=%s backoff=%s failures=%d: %s\n", At(th.Until), th.Backoff, th.Failures, th.Reason)
 	}
+	for i := range r.Observations {
+		formatObservation(&b, &r.Observations[i])
+	}
 	return b.String()
+}
+
+// formatObservation writes one line (a reload: one a change, then one).
+func formatObservation(b *strings.Builder, o *core.Observation) {
+	dest := o.Channel + "/" + o.Host
+	switch o.Kind {
+	case core.ObservedFeedback:
+		f := &o.Feedback
+		sign := "+"
+		if f.Negative {
+			sign = "-"
+		}
+		fmt.Fprintf(b, "feedback %s %s window %d→%d busy=%d", dest, sign, f.From, f.Window, f.Busy)
+		if f.Ceiling > 0 {
+			fmt.Fprintf(b, " ceiling=%d", f.Ceiling)
+			if f.CeilingConfirmed {
+				b.WriteString(" confirmed")
+			}
+		}
+		b.WriteByte('\n')
+	case core.ObservedDead:
+		fmt.Fprintf(b, "dead %s until=%s site_failures=%d: %s\n", dest, At(o.Until), o.SiteFailures, o.Text)
+	case core.ObservedRevived, core.ObservedRetryDue:
+		fmt.Fprintf(b, "%s %s window=%d\n", strings.ReplaceAll(o.Kind.String(), "_", " "), dest, o.Window)
+	case core.ObservedCeilingLearned, core.ObservedCeilingConfirmed, core.ObservedCeilingForgotten:
+		fmt.Fprintf(b, "%s %s %d window=%d\n", strings.ReplaceAll(o.Kind.String(), "_", " "), dest, o.Ceiling, o.Window)
+	case core.ObservedTransportWorks:
+		fmt.Fprintf(b, "transport works %s a%d clause=%s failures=%d\n", dest, o.Agent, o.Clause, o.Failures)
+	case core.ObservedETRN:
+		fmt.Fprintf(b, "etrn %s threads=%d started=%d\n", o.Host, o.Threads, o.Started)
+	case core.ObservedReloaded:
+		r := o.Reload
+		for _, c := range r.Changes {
+			b.WriteString("reload: " + c.What)
+			if c.Select != "" {
+				b.WriteString(" " + c.Select)
+			}
+			if c.Key != "" {
+				fmt.Fprintf(b, " %s %s → %s", c.Key, c.From, c.To)
+			}
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(b, "reloaded clauses=%d threads=%d moved=%d clamped=%d retired=%d routed=%d unrouted=%d\n",
+			r.Clauses, r.Threads, r.ThreadsMoved, r.WindowsClamped, r.AgentsRetired, r.RcptsRouted, r.Unrouted)
+	}
 }
 
 // At returns t as the time since Epoch ("+1h30m0s"), "-" for the zero time.
