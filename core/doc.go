@@ -23,7 +23,10 @@
 //     actions in the order of its fields: spawn agents, write lines, stop
 //     agents, append d lines, log outcomes, complete messages, re-read
 //     files, send the DSNs asked for, log the transport throttles (with the
-//     failed agent's last words). Answer each re-read through Reread before
+//     failed agent's last words), then log, count or measure the
+//     Observations (observation.go: feedback with the window, destinations
+//     dead and revived, learned ceilings, a reload's changes, a transport
+//     working again, ETRN). Answer each re-read through Reread before
 //     any other event. Events fed while a batch is in hand are allowed (a
 //     failed spawn is an AgentExited); their effects make the next batch.
 //  4. Call Advance when the batch is carried out. Its slices are the
@@ -52,7 +55,11 @@
 // action.go (the batch and its steps), agents.go (feeding agents, their
 // lines and exits), report.go (what a report means), order.go (the rings'
 // feed order), feedback.go, retry.go (retry, expiry, delay warnings),
-// destinations.go (learned state), check.go (invariants, for tests).
+// destinations.go (learned state), observation.go (what the batch reports
+// besides effects), check.go (invariants, for tests).
+//
+// What others need from the core is data in the batch or a view; the
+// core's logger is for diagnostics only, and nothing parses its lines.
 //
 // Agents are named by ids the core chooses (Spawn.Agent); the caller maps
 // them to processes.

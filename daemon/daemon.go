@@ -46,6 +46,10 @@ type Options struct {
 	// observations before the daemon carries it out, on the daemon's
 	// goroutine; it must not keep the batch (the lab measures with it).
 	OnBatch func(r *core.Ready)
+	// OnDrained, when set with Drain, is called on the daemon's goroutine
+	// when the queue drained, before the shutdown (the bench samples the
+	// process's own CPU time there, the agents still running).
+	OnDrained func()
 }
 
 // Daemon is a running scheduler.
@@ -62,6 +66,8 @@ type Daemon struct {
 	// quietReloads counts the daemon's own reloads (endStartup) whose
 	// Reloaded observation is still to come: not logged as the operator's.
 	quietReloads int
+	// stats are the figures of the run (stats.go).
+	stats RunStats
 	// outcomeLine is logOutcome's key/value list, reused line to line.
 	outcomeLine *outcomeLine
 
@@ -217,9 +223,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if d.opt.Drain && d.intakeIdle() && d.core.Idle() && d.rm.idle() {
 			l := d.core.Latency()
 			c := d.core.Counters()
-			d.log.Info("queue drained", "delivered", c.Delivered, "failed", c.Failed,
-				"deferred", c.Deferred, "agents_started", c.Spawned, "dispatched", l.Count(),
-				"dispatch_p50", l.Quantile(0.5).String(), "dispatch_p99", l.Quantile(0.99).String())
+			st := &Drained{Delivered: c.Delivered, Failed: c.Failed, Deferred: c.Deferred,
+				AgentsStarted: c.Spawned, Dispatched: l.Count(), DispatchP50: l.Quantile(0.5), DispatchP99: l.Quantile(0.99)}
+			d.stats.Drained = st
+			d.log.Info("queue drained", "delivered", st.Delivered, "failed", st.Failed,
+				"deferred", st.Deferred, "agents_started", st.AgentsStarted, "dispatched", st.Dispatched,
+				"dispatch_p50", st.DispatchP50.String(), "dispatch_p99", st.DispatchP99.String())
+			if d.opt.OnDrained != nil {
+				d.opt.OnDrained()
+			}
 			return d.shutdown()
 		}
 		now := d.now()
