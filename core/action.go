@@ -7,6 +7,9 @@ import (
 	"zsched/vertex"
 )
 
+// The core's input from the queue (Arrival) and its output, the batches of
+// effects (Ready), with the steps that hand a batch over (doc.go).
+
 // Arrival is a control file read from the queue, reduced to what the core
 // schedules: its pending recipients grouped per (channel, host).
 type Arrival struct {
@@ -134,7 +137,8 @@ type Throttle struct {
 	Reason   string // how the agent ended
 }
 
-// Ready is the batch of effects of the events since the last call.
+// Ready is a batch of effects: those of the events since the batch before
+// it was taken.
 type Ready struct {
 	Spawns    []Spawn
 	Writes    []Write
@@ -145,10 +149,109 @@ type Ready struct {
 	Rereads   []Reread
 	DSNs      []DSN // after Diags: the d lines they report are written
 	Throttles []Throttle
+	// Observations are what the core saw and decided, in order: no
+	// effects, data to log, count and measure (observation.go).
+	Observations []Observation
 }
 
 // Empty reports whether there is nothing to do.
 func (r *Ready) Empty() bool {
 	return len(r.Spawns)+len(r.Writes)+len(r.Stops)+len(r.Diags)+
-		len(r.Outcomes)+len(r.Completes)+len(r.Rereads)+len(r.DSNs)+len(r.Throttles) == 0
+		len(r.Outcomes)+len(r.Completes)+len(r.Rereads)+len(r.DSNs)+len(r.Throttles)+
+		len(r.Observations) == 0
+}
+
+// HasReady reports whether events since the batch in hand was taken (or
+// since the last Advance) have effects for a new batch.
+func (s *Core) HasReady() bool { return !s.ready.Empty() }
+
+// Ready returns the effects of the events since the last batch was taken,
+// and hands that batch to the caller until Advance: its slices stay valid
+// and unchanged while the caller carries it out, other calls into the core
+// included, whose effects go to the next batch. Calling Ready again before
+// Advance is a broken invariant and panics.
+//
+// The batch's Rereads must each be answered through Reread before any
+// other event is fed to the core, and before Advance: an event that comes
+// first, or an Advance with a re-read unanswered, panics.
+func (s *Core) Ready() Ready {
+	if s.taken {
+		panic("core: Ready called again before Advance")
+	}
+	r := s.ready
+	s.ready, s.spare = s.spare, Ready{}
+	s.inHand, s.taken = r, true
+	s.owed = len(r.Rereads)
+	s.answered = append(s.answered[:0], make([]bool, len(r.Rereads))...)
+	return r
+}
+
+// Advance tells the core that the batch from Ready was carried out: its
+// slices are the core's again, and the next batch reuses them (a caller
+// that keeps actions longer copies them). Reuse is what makes a dispatch
+// allocate no action slices: under load a batch is taken for every turn
+// of agent lines. Advance without a batch in hand, or with one of its
+// re-reads unanswered, is a broken invariant and panics.
+func (s *Core) Advance() {
+	if !s.taken {
+		panic("core: Advance without a batch from Ready")
+	}
+	if s.owed > 0 {
+		panic("core: Advance before the batch's re-reads were answered through Reread")
+	}
+	s.spare = s.inHand.reuse()
+	s.inHand, s.taken = Ready{}, false
+}
+
+// event checks, as an event begins, that the caller answered the re-reads
+// of the batch in hand: an event handled between a file's re-read request
+// and its answer could feed recipients whose stale locks are not reset yet.
+func (s *Core) event(name string) {
+	if s.owed > 0 {
+		panic("core: " + name + " before the batch's re-reads were answered through Reread")
+	}
+}
+
+// answer notes the re-read of inum answered, if the batch in hand asked for
+// it and it was not answered yet.
+func (s *Core) answer(inum int64) {
+	if s.owed == 0 {
+		return
+	}
+	for i, rr := range s.inHand.Rereads {
+		if rr.Inum == inum && !s.answered[i] {
+			s.answered[i] = true
+			s.owed--
+			return
+		}
+	}
+}
+
+// readyKeep bounds the slices Ready keeps for reuse: a burst (a scan that
+// queued thousands of messages, a mass expiry) must not pin its memory.
+const readyKeep = 4096
+
+// reuse returns r's slices emptied, their elements cleared so that they
+// hold no strings or messages alive.
+func (r *Ready) reuse() Ready {
+	return Ready{
+		Spawns:       reuseSlice(r.Spawns),
+		Writes:       reuseSlice(r.Writes),
+		Stops:        reuseSlice(r.Stops),
+		Diags:        reuseSlice(r.Diags),
+		Outcomes:     reuseSlice(r.Outcomes),
+		Completes:    reuseSlice(r.Completes),
+		Rereads:      reuseSlice(r.Rereads),
+		DSNs:         reuseSlice(r.DSNs),
+		Throttles:    reuseSlice(r.Throttles),
+		Observations: reuseSlice(r.Observations),
+	}
+}
+
+func reuseSlice[T any](s []T) []T {
+	if cap(s) > readyKeep {
+		return nil
+	}
+	clear(s)
+	return s[:0]
 }

@@ -16,9 +16,9 @@ import (
 // serve gives agents to the ring's wanting threads, best first, until none
 // wants or no agent can be had; at most limit agents when limit ≥ 0. It
 // returns how many threads got an agent.
-func (s *Scheduler) serve(r *ring.Ring, now time.Time, limit int) int {
+func (s *Core) serve(r *ring.Ring, now time.Time, limit int) int {
 	n := 0
-	if s.quiet {
+	if s.stopping {
 		return 0
 	}
 	for limit < 0 || n < limit {
@@ -42,7 +42,7 @@ func (s *Scheduler) serve(r *ring.Ring, now time.Time, limit int) int {
 // obtain returns an agent for thread t of ring r: an idle one of the ring
 // (the same host first, for its open connection), else a new one within the
 // limits, else nil with r queued as blocked when a global limit binds.
-func (s *Scheduler) obtain(r *ring.Ring, t *thread.Thread, now time.Time) *agent {
+func (s *Core) obtain(r *ring.Ring, t *thread.Thread, now time.Time) *agent {
 	if id, ok := r.Unpark(t.Host); ok {
 		a := s.agents[id]
 		a.state = working
@@ -56,7 +56,7 @@ func (s *Scheduler) obtain(r *ring.Ring, t *thread.Thread, now time.Time) *agent
 		// throttle serves the ring.
 		t.LastText = "transport unavailable"
 		return nil
-	case r.Agents >= c.MaxRing:
+	case r.Agents() >= c.MaxRing:
 		// The ring's own agents will come to t when they finish their
 		// threads; nothing outside the ring can help.
 		t.LastText = ">MaxRing"
@@ -91,13 +91,13 @@ func (s *Scheduler) obtain(r *ring.Ring, t *thread.Thread, now time.Time) *agent
 	s.transportStarted(r, a)
 	s.total++
 	s.perChannel[a.channel]++
-	r.Agents++
+	r.AddAgent()
 	s.stats.Spawned++
 	s.ready.Spawns = append(s.ready.Spawns, Spawn{Agent: a.id, Clause: t.Clause, Channel: t.Channel, Host: r.Host})
 	return a
 }
 
-func (s *Scheduler) forkAllowed(now time.Time) bool {
+func (s *Core) forkAllowed(now time.Time) bool {
 	rate := s.cfg.Scheduler.ForkRate
 	if rate <= 0 {
 		return true
@@ -112,55 +112,57 @@ func (s *Scheduler) forkAllowed(now time.Time) bool {
 	return true
 }
 
-func (s *Scheduler) block(r *ring.Ring) {
-	if !r.Blocked {
-		r.Blocked = true
+func (s *Core) block(r *ring.Ring) {
+	if !r.Blocked() {
+		r.SetBlocked(true)
 		s.blocked = append(s.blocked, r)
 	}
 }
 
 // reclaimIdle ends the longest-idle agent of another ring so that a ring
 // blocked by maxta gets the slot when it exits (ZMailer never does; Q7).
-func (s *Scheduler) reclaimIdle(for_ *ring.Ring) {
-	s.reclaim(func(a *agent) bool { return a.ring != for_ })
+func (s *Core) reclaimIdle(blocked *ring.Ring) {
+	s.reclaim(func(a *agent) bool { return a.ring != blocked })
 }
 
-func (s *Scheduler) reclaimIdleChannel(for_ *ring.Ring, channel string) {
-	s.reclaim(func(a *agent) bool { return a.ring != for_ && a.channel == channel })
+func (s *Core) reclaimIdleChannel(blocked *ring.Ring, channel string) {
+	s.reclaim(func(a *agent) bool { return a.ring != blocked && a.channel == channel })
 }
 
-func (s *Scheduler) reclaim(ok func(*agent) bool) {
+func (s *Core) reclaim(ok func(*agent) bool) {
 	var oldest *agent
 	var since time.Time
 	for _, r := range s.rings {
-		for _, in := range r.Idle {
+		for in := range r.Idle() {
 			a := s.agents[in.Agent]
-			if ok(a) && (oldest == nil || in.Since.Before(since)) {
+			// Agents idle since the same instant go by id, not by the
+			// order the rings' map is walked in.
+			if ok(a) && (oldest == nil || in.Since.Before(since) || in.Since.Equal(since) && a.id < oldest.id) {
 				oldest, since = a, in.Since
 			}
 		}
 	}
 	if oldest != nil {
-		oldest.ring.Forget(oldest.id)
+		oldest.ring.RemoveIdle(oldest.id)
 		s.end(oldest, "idle agent reclaimed for a blocked ring")
 	}
 }
 
 // unblock serves blocked rings round-robin, one agent per ring per turn,
 // after a slot freed.
-func (s *Scheduler) unblock(now time.Time) {
+func (s *Core) unblock(now time.Time) {
 	s.forkBlocked = false
 	for n := len(s.blocked); n > 0 && len(s.blocked) > 0; n-- {
 		r := s.blocked[0]
 		s.blocked = s.blocked[1:]
-		r.Blocked = false
+		r.SetBlocked(false)
 		got := s.serve(r, now, 1)
 		if got == 0 && s.transportClosed(r, now) {
 			// Not the limit's fault: the slot goes to the next ring, and
 			// the end of the back-off serves this one.
 			continue
 		}
-		if r.Wanting() > 0 && !r.Blocked {
+		if r.Wanting() > 0 && !r.Blocked() {
 			// Served (or not blocked any more): back of the queue for the
 			// next free slot.
 			if got > 0 {
@@ -174,7 +176,7 @@ func (s *Scheduler) unblock(now time.Time) {
 }
 
 // attach puts agent a on thread t and feeds it.
-func (s *Scheduler) attach(a *agent, t *thread.Thread, now time.Time) {
+func (s *Core) attach(a *agent, t *thread.Thread, now time.Time) {
 	a.thread = t
 	a.host = t.Host
 	t.Busy++
@@ -182,25 +184,25 @@ func (s *Scheduler) attach(a *agent, t *thread.Thread, now time.Time) {
 }
 
 // detach takes a off its thread.
-func (s *Scheduler) detach(a *agent, now time.Time) {
+func (s *Core) detach(a *agent, now time.Time) {
 	t := a.thread
 	if t == nil {
 		return
 	}
 	a.thread = nil
 	t.Busy--
-	s.touch(t, now)
+	s.update(t, now)
 }
 
 // feed writes job lines to a until overfeed+1 are outstanding or its thread
 // has nothing due, the best vertex of the thread first.
-func (s *Scheduler) feed(a *agent, now time.Time) {
+func (s *Core) feed(a *agent, now time.Time) {
 	t := a.thread
 	limit := s.clause(a.clause).Overfeed + 1
 	// An agent takes no new job while its thread has more agents than its
 	// window allows: negative feedback must take effect on agents already
 	// attached, not only on new ones (Postfix checks the window per delivery).
-	for !s.quiet && a.jobs < limit && t.Startable(now) && t.Busy <= t.Window.Limit() {
+	for !s.stopping && a.jobs < limit && t.Startable(now) && t.Busy <= t.Window.Limit() {
 		s.orderPickFrom(a.ring, t, now)
 		v := t.Ready.Pop()
 		s.orderFed(a.ring, v, now)
@@ -217,18 +219,18 @@ func (s *Scheduler) feed(a *agent, now time.Time) {
 			s.watch(a.heard.Add(c.JobTimeout.D()))
 		}
 		line := v.Msg.Path
-		if !a.ring.HostBound {
+		if !a.ring.HostBound() {
 			line += "\t" + v.Host
 		}
 		s.ready.Writes = append(s.ready.Writes, Write{Agent: a.id, Line: line, Due: due})
 	}
 	s.ring(t).Update(t, now)
-	s.timers.set(t, t.NextWake(now))
+	s.agenda.SetWake(t, t.NextWake(now))
 }
 
 // next finds more work for an agent with nothing outstanding: the best
 // thread of its ring, else #idle.
-func (s *Scheduler) next(a *agent, now time.Time) {
+func (s *Core) next(a *agent, now time.Time) {
 	if a.thread != nil {
 		s.feed(a, now)
 		if a.jobs > 0 {
@@ -239,7 +241,7 @@ func (s *Scheduler) next(a *agent, now time.Time) {
 	if a.state == ending {
 		return
 	}
-	if c := s.clause(a.clause); a.ring.Agents > c.MaxRing && a.ring.Agents-s.ending(a.ring) > c.MaxRing {
+	if c := s.clause(a.clause); a.ring.Agents() > c.MaxRing && a.ring.Agents()-s.ending(a.ring) > c.MaxRing {
 		// maxring was lowered by a reload: the ring shrinks as agents
 		// come free.
 		s.end(a, "ring over maxring")
@@ -259,7 +261,8 @@ func (s *Scheduler) next(a *agent, now time.Time) {
 }
 
 // AgentLine handles one line from an agent.
-func (s *Scheduler) AgentLine(now time.Time, id int, line string) {
+func (s *Core) AgentLine(now time.Time, id int, line string) {
+	s.event("AgentLine")
 	a, ok := s.agents[id]
 	if !ok {
 		return
@@ -283,7 +286,7 @@ func (s *Scheduler) AgentLine(now time.Time, id int, line string) {
 		}
 		_, in := s.msgs[l.Inum]
 		switch {
-		case !in && a.holds(l.Inum):
+		case !in && a.hasJob(l.Inum):
 			// Killed or dropped from core while the agent worked on it.
 			s.log.Debug("report for a message no longer in core", "agent", id, "line", line)
 		case in:
@@ -298,7 +301,7 @@ func (s *Scheduler) AgentLine(now time.Time, id int, line string) {
 // is one, so it is what an agent says about its own trouble. The log is
 // rate-limited per ring (words.go); the agent is killed only past
 // maxGarbage in one job.
-func (s *Scheduler) garbage(a *agent, now time.Time, why, line string) {
+func (s *Core) garbage(a *agent, now time.Time, why, line string) {
 	a.garbage++
 	s.stats.Garbage++
 	if len(line) > 200 {
@@ -312,14 +315,15 @@ func (s *Scheduler) garbage(a *agent, now time.Time, why, line string) {
 
 // AgentTooLong handles an agent line over the protocol's limit: the agent
 // is killed and its work rescheduled.
-func (s *Scheduler) AgentTooLong(now time.Time, id int) {
+func (s *Core) AgentTooLong(now time.Time, id int) {
+	s.event("AgentTooLong")
 	if a, ok := s.agents[id]; ok {
 		s.stats.Garbage++
 		s.kill(a, "line over "+strconv.Itoa(report.MaxLine)+" bytes", now)
 	}
 }
 
-func (s *Scheduler) hungry(a *agent, now time.Time) {
+func (s *Core) hungry(a *agent, now time.Time) {
 	if len(a.fifo) == 0 {
 		s.garbage(a, now, "#hungry with no line outstanding", "#hungry")
 		return
@@ -368,7 +372,7 @@ func (s *Scheduler) hungry(a *agent, now time.Time) {
 
 // park puts an idle agent in its ring's pool, unless a ring blocked by a
 // global limit can use the slot better.
-func (s *Scheduler) park(a *agent, now time.Time) {
+func (s *Core) park(a *agent, now time.Time) {
 	for _, r := range s.blocked {
 		if r != a.ring && (s.total >= s.cfg.Scheduler.MaxTA ||
 			(r.Channel == a.channel && s.perChannel[a.channel] >= s.clause(r.Clause).MaxChannel)) {
@@ -390,7 +394,8 @@ func (s *Scheduler) park(a *agent, now time.Time) {
 // reset. An agent that ended before its first #hungry or with jobs
 // outstanding, not killed by us, is a transport failure: its jobs count as
 // negative feedback and its ring is throttled (throttle.go).
-func (s *Scheduler) AgentExited(now time.Time, id int, why string) {
+func (s *Core) AgentExited(now time.Time, id int, why string) {
+	s.event("AgentExited")
 	a, ok := s.agents[id]
 	if !ok {
 		return
@@ -398,8 +403,7 @@ func (s *Scheduler) AgentExited(now time.Time, id int, why string) {
 	delete(s.agents, id)
 	s.total--
 	s.perChannel[a.channel]--
-	a.ring.Agents--
-	a.ring.Forget(id)
+	a.ring.RemoveAgent(id)
 	s.stats.AgentsEnded++
 	if why == "" {
 		why = "agent exited"
@@ -412,7 +416,7 @@ func (s *Scheduler) AgentExited(now time.Time, id int, why string) {
 	if th := s.throttled(a.ring); th != nil && th.probe == id {
 		th.probe = 0
 	}
-	a.failed = !a.killed && !s.quiet && a.clause >= 0 && (!a.hungry || busy)
+	a.failed = !a.killed && !s.stopping && a.clause >= 0 && (!a.hungry || busy)
 	switch {
 	case a.failed:
 		// Before its jobs are finished: finishing them serves the ring.
@@ -448,7 +452,7 @@ func (s *Scheduler) AgentExited(now time.Time, id int, why string) {
 	}
 }
 
-func (s *Scheduler) end(a *agent, reason string) {
+func (s *Core) end(a *agent, reason string) {
 	if a.state == ending {
 		return
 	}
@@ -456,7 +460,7 @@ func (s *Scheduler) end(a *agent, reason string) {
 	s.ready.Stops = append(s.ready.Stops, Stop{Agent: a.id, Reason: reason})
 }
 
-func (s *Scheduler) kill(a *agent, reason string, now time.Time) {
+func (s *Core) kill(a *agent, reason string, now time.Time) {
 	if a.killed {
 		return
 	}
@@ -474,15 +478,17 @@ func (s *Scheduler) kill(a *agent, reason string, now time.Time) {
 // sweepAgents kills busy agents silent past jobtimeout and ends idle ones
 // past idlemax, then sets the next sweep to the earliest deadline left, so
 // the core wakes only when an agent can be due (feeding and parking lower
-// it through watch). An agent told to end but still holding jobs is
-// watched too: it may hang as well as any.
-func (s *Scheduler) sweepAgents(now time.Time) {
+// it through watch, also while the sweep runs: a kill may start and feed
+// an agent the walk does not see). An agent told to end but still holding
+// jobs is watched too: it may hang as well as any.
+func (s *Core) sweepAgents(now time.Time) {
 	var next time.Time
 	later := func(at time.Time) {
 		if next.IsZero() || at.Before(next) {
 			next = at
 		}
 	}
+	s.nextSweep = time.Time{}
 	var silent, idlers []*agent
 	for _, a := range s.agents {
 		if a.clause < 0 || a.killed {
@@ -515,17 +521,19 @@ func (s *Scheduler) sweepAgents(now time.Time) {
 		s.kill(a, "job timeout: silent for "+now.Sub(a.heard).String(), now)
 	}
 	for _, a := range idlers {
-		a.ring.Forget(a.id)
+		a.ring.RemoveIdle(a.id)
 		s.end(a, "idlemax")
 	}
-	s.nextSweep = next
+	if !next.IsZero() {
+		s.watch(next)
+	}
 }
 
 // Silent returns, by id, the agents a Tick at now would kill for silence
 // (jobtimeout). It changes nothing: the caller makes sure it has handed the
 // core everything these agents wrote before it lets the sweep judge them
 // (their output may sit unread while the caller itself was stalled).
-func (s *Scheduler) Silent(now time.Time) []int {
+func (s *Core) Silent(now time.Time) []int {
 	if s.nextSweep.IsZero() || now.Before(s.nextSweep) {
 		return nil
 	}
@@ -546,14 +554,15 @@ func (s *Scheduler) Silent(now time.Time) []int {
 // group still run (a child it forked to deliver): AgentExited comes when
 // they are gone. It takes no more work; with none outstanding its group is
 // killed, else jobtimeout watches it as it watches any busy agent.
-func (s *Scheduler) AgentLingers(now time.Time, id int) {
+func (s *Core) AgentLingers(now time.Time, id int) {
+	s.event("AgentLingers")
 	a, ok := s.agents[id]
 	if !ok || a.killed {
 		return
 	}
 	s.log.Info("agent exited; waiting for the rest of its process group", "agent", id,
 		"channel", a.channel, "host", a.host, "jobs", a.jobs)
-	a.ring.Forget(id)
+	a.ring.RemoveIdle(id)
 	if a.jobs == 0 {
 		s.kill(a, "exited, leaving processes of its group behind", now)
 		return
@@ -567,7 +576,7 @@ func (s *Scheduler) AgentLingers(now time.Time, id int) {
 }
 
 // watch makes sure the agent sweep runs no later than at.
-func (s *Scheduler) watch(at time.Time) {
+func (s *Core) watch(at time.Time) {
 	if s.nextSweep.IsZero() || at.Before(s.nextSweep) {
 		s.nextSweep = at
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"zsched/thread"
 	"zsched/vertex"
 )
 
@@ -13,7 +14,7 @@ import (
 // vertices no clause routes. Every thread with a future time of interest is
 // on the timer heap, every thread that wants an agent is in its ring's
 // heap, and the agent counts add up. Tests call it after every event.
-func (s *Scheduler) Check(now time.Time) error {
+func (s *Core) Check(now time.Time) error {
 	held := make(map[*vertex.Vertex]int)
 	perChannel := make(map[string]int)
 	for id, a := range s.agents {
@@ -73,11 +74,11 @@ func (s *Scheduler) Check(now time.Time) error {
 			switch {
 			case v.In(&t.Ready):
 			case v.In(&t.Waiting):
-				if t.WakeIndex < 0 {
+				if t.Wake().IsZero() {
 					return fmt.Errorf("thread %s/%s has waiting vertices but no timer", t.Channel, t.Host)
 				}
 			case m.Held && !v.Queued():
-				if s.heldMsgs[inum] != m {
+				if s.heldMessages[inum] != m {
 					return fmt.Errorf("msg %d: held but not in the held set", inum)
 				}
 			default:
@@ -92,24 +93,29 @@ func (s *Scheduler) Check(now time.Time) error {
 		if err := t.Check(); err != nil {
 			return fmt.Errorf("thread %s/%s: %w", k.Channel, k.Host, err)
 		}
-		if t.Ready.Len() > 0 && t.BackingOff(now) && t.WakeIndex < 0 {
+		if t.Ready.Len() > 0 && t.BackingOff(now) && t.Wake().IsZero() {
 			return fmt.Errorf("thread %s/%s backs off with ready work but no timer", k.Channel, k.Host)
 		}
-		if t.Window.Dead() && !t.BackingOff(now) && t.Ready.Len() > 0 {
+		// At the very instant its retry time comes, an event may be
+		// handled before the Tick that revives it: its timer is due.
+		if t.Window.Dead() && !t.BackingOff(now) && t.Ready.Len() > 0 && (t.Wake().IsZero() || t.Wake().After(now)) {
 			return fmt.Errorf("thread %s/%s: dead past its retry time with ready work", k.Channel, k.Host)
 		}
 		r := s.rings[s.ringKey(t)]
 		if r == nil {
 			return fmt.Errorf("thread %s/%s has no ring", k.Channel, k.Host)
 		}
-		if t.Wants(now) != (t.RingIndex >= 0) {
-			return fmt.Errorf("thread %s/%s wants=%v but ring index %d", k.Channel, k.Host, t.Wants(now), t.RingIndex)
+		if t.Wants(now) != r.Offers(t) {
+			return fmt.Errorf("thread %s/%s wants=%v but offered %v", k.Channel, k.Host, t.Wants(now), r.Offers(t))
 		}
-		if t.Wants(now) && r.Idle != nil && len(r.Idle) > 0 && !r.HostBound {
-			return fmt.Errorf("thread %s/%s wants an agent while its ring has %d idle", k.Channel, k.Host, len(r.Idle))
+		if t.Wants(now) && r.IdleCount() > 0 && !r.HostBound() {
+			return fmt.Errorf("thread %s/%s wants an agent while its ring has %d idle", k.Channel, k.Host, r.IdleCount())
 		}
 	}
 	for _, r := range s.rings {
+		if err := r.Check(); err != nil {
+			return err
+		}
 		if err := r.CheckJobs(); err != nil {
 			return err
 		}
@@ -117,5 +123,36 @@ func (s *Scheduler) Check(now time.Time) error {
 	if err := s.checkThrottles(); err != nil {
 		return err
 	}
+	if err := s.agenda.Check(); err != nil {
+		return err
+	}
 	return s.checkTallies()
+}
+
+// checkTallies recounts every thread's recipients from the vertices of the
+// messages in core and compares them with the tallies (for Check).
+func (s *Core) checkTallies() error {
+	count := make(map[*thread.Thread]*thread.Tally, len(s.threads))
+	for _, t := range s.threads {
+		count[t] = &thread.Tally{}
+	}
+	for _, m := range s.msgs {
+		for _, v := range m.Vertices {
+			t := s.threadOf(v)
+			if t == nil {
+				continue
+			}
+			if v.Dest != &t.Key {
+				// Reconfigure moves vertices by re-keying their thread.
+				return fmt.Errorf("msg %d: vertex of %s/%s does not share its thread's key", m.Inum, t.Channel, t.Host)
+			}
+			count[t].Add(m.Arrival, len(v.Rcpts))
+		}
+	}
+	for t, c := range count {
+		if err := t.CheckTally(c); err != nil {
+			return fmt.Errorf("thread %s/%s: %w", t.Channel, t.Host, err)
+		}
+	}
+	return nil
 }

@@ -347,6 +347,21 @@ func TestCoreDoesNoIO(t *testing.T) {
 	}
 }
 
+// TestOnlyRingSetsVertexJobs: a vertex's ring job is package ring's
+// back-pointer (vertex.Vertex.SetJob); the compiler cannot keep the other
+// packages from calling the exported setter, this test does.
+func TestOnlyRingSetsVertexJobs(t *testing.T) {
+	out, err := exec.Command("grep", "-rn", "--include=*.go", "--exclude=*_test.go", `\.SetJob(`, "..").Output()
+	if err != nil && len(out) > 0 {
+		t.Fatalf("grep: %v", err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if l != "" && !strings.HasPrefix(l, "../ring/") && !strings.HasPrefix(l, "../vertex/") {
+			t.Errorf("only package ring sets a vertex's job: %s", l)
+		}
+	}
+}
+
 func TestDispatchLatencyCountsTheWaitForAnAgent(t *testing.T) {
 	s := sim.New(cfg(t, `
 [[clause]]

@@ -60,10 +60,10 @@ func (d Destination) expiry(ttl time.Duration) time.Time {
 	return e
 }
 
-func (s *Scheduler) learnedTTL() time.Duration { return s.cfg.Scheduler.LearnedTTL.D() }
+func (s *Core) learnedTTL() time.Duration { return s.cfg.Scheduler.LearnedTTL.D() }
 
 // stale reports whether d is too old to be worth restoring at now.
-func (s *Scheduler) stale(d Destination, now time.Time) bool {
+func (s *Core) stale(d Destination, now time.Time) bool {
 	return !now.Before(d.expiry(s.learnedTTL()))
 }
 
@@ -179,12 +179,9 @@ func (ds *destinations) down(i int) bool {
 }
 
 // Destinations returns the learned state of every destination that has
-// any, sorted by channel and host, and forgets state too old to keep:
-// the threads in core (Updated is now) and the learned entries, at most
-// learned_max.
-func (s *Scheduler) Destinations(now time.Time) []Destination {
-	s.dests.expire(now)
-	s.dests.trim(s.cfg.Scheduler.LearnedMax)
+// any, sorted by channel and host, without state too old to keep. It
+// changes nothing: Tick forgets what is stale.
+func (s *Core) Destinations(now time.Time) []Destination {
 	ds := make([]Destination, 0, len(s.threads)+s.dests.len())
 	for _, t := range s.threads { // sorted below
 		if t.Window.Fresh() {
@@ -197,7 +194,9 @@ func (s *Scheduler) Destinations(now time.Time) []Destination {
 		ds = append(ds, d)
 	}
 	for _, l := range s.dests.heap {
-		ds = append(ds, l.d)
+		if !s.stale(l.d, now) {
+			ds = append(ds, l.d)
+		}
 	}
 	slices.SortFunc(ds, func(a, b Destination) int {
 		return cmp.Or(cmp.Compare(a.Channel, b.Channel), cmp.Compare(a.Host, b.Host))
@@ -209,7 +208,8 @@ func (s *Scheduler) Destinations(now time.Time) []Destination {
 // before a restart. State too old to keep is skipped; a destination whose
 // thread exists already takes it at once, others when their thread is
 // created. It returns how many destinations were restored.
-func (s *Scheduler) Learn(now time.Time, ds []Destination) int {
+func (s *Core) Learn(now time.Time, ds []Destination) int {
+	s.event("Learn")
 	n := 0
 	for _, d := range ds {
 		if s.stale(d, now) {
@@ -220,7 +220,7 @@ func (s *Scheduler) Learn(now time.Time, ds []Destination) int {
 		if ci, ok := s.match(d.Channel, d.Host); ok {
 			if t, ok := s.threads[thread.Key{Clause: ci, Channel: d.Channel, Host: d.Host}]; ok {
 				restore(t, d)
-				s.touch(t, now)
+				s.update(t, now)
 				continue
 			}
 		}
@@ -229,26 +229,32 @@ func (s *Scheduler) Learn(now time.Time, ds []Destination) int {
 	return n
 }
 
-// recall gives a new thread what was learned about its destination. It
-// does not look at the age of what it finds: Destinations, which the
-// daemon calls every half minute to save the state, forgets stale entries.
-func (s *Scheduler) recall(t *thread.Thread) {
-	if d, ok := s.dests.take([2]string{t.Channel, t.Host}); ok {
+// restoreLearned gives a new thread what was learned about its destination, unless
+// it is too old to keep (Tick forgets such state only at its expiry sweep).
+func (s *Core) restoreLearned(t *thread.Thread, now time.Time) {
+	if d, ok := s.dests.take([2]string{t.Channel, t.Host}); ok && !s.stale(d, now) {
 		restore(t, d)
 	}
+}
+
+// forgetStale drops learned state too old to keep and entries beyond
+// learned_max (Tick, at the expiry sweep's pace).
+func (s *Core) forgetStale(now time.Time) {
+	s.dests.expire(now)
+	s.dests.trim(s.cfg.Scheduler.LearnedMax)
 }
 
 func restore(t *thread.Thread, d Destination) {
 	t.Window.Restore(d.Window)
 	if t.Window.Dead() {
 		// A dead destination without a retry time revives at its next
-		// touch (reviveDue).
+		// update (reviveDue).
 		t.BackoffUntil = d.DeadUntil
 	}
 }
 
-// remember keeps what a thread learned when the thread goes away.
-func (s *Scheduler) remember(t *thread.Thread, now time.Time) {
+// keepLearned keeps what a thread learned when the thread goes away.
+func (s *Core) keepLearned(t *thread.Thread, now time.Time) {
 	if t.Window.Fresh() {
 		return
 	}

@@ -20,8 +20,9 @@ import (
 // feedback applies the judgement of one delivery to t's window. retryAt is
 // the latest retryat of the job's reports, zero if none: a destination that
 // dies waits for it instead of its retry schedule.
-func (s *Scheduler) feedback(t *thread.Thread, siteFailed bool, retryAt, now time.Time) {
+func (s *Core) feedback(t *thread.Thread, siteFailed bool, retryAt, now time.Time) {
 	before := t.Window.Limit()
+	ceiling, confirmed := t.Window.Ceiling, t.Window.Confirmed()
 	if siteFailed {
 		t.SiteFailures++
 		if t.Window.Failed(now) {
@@ -30,8 +31,8 @@ func (s *Scheduler) feedback(t *thread.Thread, siteFailed bool, retryAt, now tim
 				until = s.schedule(s.clause(t.Clause)).Next(now, &t.Retry, s.rng)
 			}
 			t.BackoffUntil = until
-			s.log.Info("destination is dead", "channel", t.Channel, "host", t.Host,
-				"until", until, "site_failures", t.SiteFailures, "text", t.LastText)
+			s.observe(Observation{Kind: ObservedDead, Channel: t.Channel, Host: t.Host,
+				Until: until, SiteFailures: t.SiteFailures, Text: t.LastText})
 		}
 	} else {
 		t.SiteFailures = 0
@@ -41,43 +42,45 @@ func (s *Scheduler) feedback(t *thread.Thread, siteFailed bool, retryAt, now tim
 			// through: it works again, and its retry index starts over.
 			t.BackoffUntil = time.Time{}
 			t.Retry = 0
-			s.log.Info("destination revived by a delivery", "channel", t.Channel, "host", t.Host,
-				"window", t.Window.Limit())
+			s.observe(Observation{Kind: ObservedRevived, Channel: t.Channel, Host: t.Host, Window: t.Window.Limit()})
 		}
 	}
-	s.logWindow(t, before, siteFailed)
+	s.observeWindow(t, before, siteFailed, ceiling, confirmed)
 }
 
 // reviveDue gives a dead destination whose retry time has come its window
-// back. touch calls it first, so no thread sits with due work behind a
+// back. update calls it first, so no thread sits with due work behind a
 // window of 0.
-func (s *Scheduler) reviveDue(t *thread.Thread, now time.Time) {
+func (s *Core) reviveDue(t *thread.Thread, now time.Time) {
 	if !t.Window.Dead() || t.BackingOff(now) {
 		return
 	}
 	t.Window.Revive(t.Busy)
-	s.log.Info("dead destination's retry time has come", "channel", t.Channel, "host", t.Host,
-		"window", t.Window.Limit())
+	s.observe(Observation{Kind: ObservedRetryDue, Channel: t.Channel, Host: t.Host, Window: t.Window.Limit()})
 }
 
-// logWindow is Postfix's destination_concurrency_feedback_debug: every
-// feedback event at trace level (what the lab measures), each change of the
-// window at debug level.
-func (s *Scheduler) logWindow(t *thread.Thread, before int, siteFailed bool) {
-	after := t.Window.Limit()
-	if after == before && !s.log.IsTrace() {
+// observeWindow records the feedback event (Postfix's
+// destination_concurrency_feedback_debug: what the lab measures), then any
+// change of the learned ceiling it made, given the ceiling and its
+// confirmation before.
+func (s *Core) observeWindow(t *thread.Thread, before int, siteFailed bool, ceiling int, confirmed bool) {
+	st := t.Window.State()
+	s.observe(Observation{Kind: ObservedFeedback, Channel: t.Channel, Host: t.Host, Feedback: Feedback{
+		Negative: siteFailed, From: before, Window: t.Window.Limit(), Busy: t.Busy,
+		Success: st.Success, Failure: st.Failure, FailCohorts: st.FailCohorts,
+		Ceiling: st.Ceiling, CeilingConfirmed: t.Window.Confirmed()}})
+	o := Observation{Channel: t.Channel, Host: t.Host, Window: t.Window.Limit(), Ceiling: st.Ceiling}
+	switch {
+	case st.Ceiling == 0 && ceiling > 0:
+		o.Kind, o.Ceiling = ObservedCeilingForgotten, ceiling
+	case st.Ceiling != ceiling:
+		o.Kind = ObservedCeilingLearned
+	case t.Window.Confirmed() && !confirmed:
+		o.Kind = ObservedCeilingConfirmed
+	default:
 		return
 	}
-	st := t.Window.State()
-	kv := []any{"channel", t.Channel, "host", t.Host, "negative", siteFailed,
-		"from", before, "window", after, "busy", t.Busy,
-		"success", st.Success, "failure", st.Failure, "fail_cohorts", st.FailCohorts,
-		"ceiling", st.Ceiling, "ceiling_confirmed", t.Window.Confirmed()}
-	if after != before {
-		s.log.Debug("destination_concurrency_feedback", kv...)
-	} else {
-		s.log.Trace("destination_concurrency_feedback", kv...)
-	}
+	s.observe(o)
 }
 
 // siteRetry returns the latest retryat time among a job's site-failure

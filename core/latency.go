@@ -61,4 +61,4 @@ func (l *Latency) Quantile(q float64) time.Duration {
 }
 
 // Latency returns the dispatch latency histogram.
-func (s *Scheduler) Latency() *Latency { return &s.latency }
+func (s *Core) Latency() *Latency { return &s.latency }

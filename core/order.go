@@ -16,6 +16,9 @@ import (
 // scheduler's list, which preemption reorders; "random" and "age" rank
 // vertices here and the lists only count.
 //
+// A ring takes its clause's order and preemption parameters when the core
+// creates it and at every reload (setOrder), not at every hook.
+//
 // The hooks, and where the core calls them:
 //   - orderAdd: a vertex is placed in a ring (arrival, reload, routing),
 //     before it goes on its thread's heap;
@@ -28,21 +31,16 @@ import (
 //   - orderDone: a vertex leaves its ring (done, expired, dropped, or moved
 //     to another ring by a reload).
 
-// orderAdd ranks the new vertices of message m in ring r.
-func (s *Scheduler) orderAdd(r *ring.Ring, m *vertex.Message, vs []*vertex.Vertex, now time.Time) {
-	c := s.configure(r)
-	for _, v := range vs {
-		r.AddEntry(v, now)
-		s.rankOwn(c, v)
-	}
+// orderAdd ranks a vertex placed in ring r.
+func (s *Core) orderAdd(r *ring.Ring, v *vertex.Vertex, now time.Time) {
+	r.AddEntry(v, now)
+	s.rankOwn(s.clause(r.Clause), v)
 }
 
 // orderPick makes the ring's preemption attempt before a pick; true when a
-// job moved, so that the ring's best thread may have changed.
-func (s *Scheduler) orderPick(r *ring.Ring, now time.Time) bool {
-	if c := s.configure(r); c.Order != config.OrderPreemptive {
-		return false
-	}
+// job moved, so that the ring's best thread may have changed. A ring whose
+// order does not preempt makes none (ring.Preempt).
+func (s *Core) orderPick(r *ring.Ring, now time.Time) bool {
 	s.picker.s, s.picker.r, s.picker.now = s, r, now
 	return r.Preempt(now, &s.picker)
 }
@@ -50,7 +48,7 @@ func (s *Scheduler) orderPick(r *ring.Ring, now time.Time) bool {
 // orderPickFrom is orderPick for an agent about to feed from its thread t,
 // which an earlier pop in the same feed may have left out of place in the
 // ring's wanting heap.
-func (s *Scheduler) orderPickFrom(r *ring.Ring, t *thread.Thread, now time.Time) {
+func (s *Core) orderPickFrom(r *ring.Ring, t *thread.Thread, now time.Time) {
 	if r.PreemptPending() {
 		s.ring(t).Update(t, now)
 		s.orderPick(r, now)
@@ -58,45 +56,41 @@ func (s *Scheduler) orderPickFrom(r *ring.Ring, t *thread.Thread, now time.Time)
 }
 
 // orderFed counts one slot for v's job in its ring when v is fed.
-func (s *Scheduler) orderFed(r *ring.Ring, v *vertex.Vertex, now time.Time) { r.Select(v) }
+func (s *Core) orderFed(r *ring.Ring, v *vertex.Vertex, now time.Time) { r.Select(v) }
 
 // orderRequeue counts a fed vertex as queued again, before it goes back on
 // its thread's heap.
-func (s *Scheduler) orderRequeue(v *vertex.Vertex, now time.Time) {
+func (s *Core) orderRequeue(v *vertex.Vertex, now time.Time) {
 	t := s.threadOf(v)
 	if t == nil {
 		return
 	}
 	r := s.ring(t)
-	c := s.configure(r)
 	r.Requeue(v, now)
-	s.rankOwn(c, v)
+	s.rankOwn(s.clause(r.Clause), v)
 }
 
 // orderDone tells the ring v left it.
-func (s *Scheduler) orderDone(v *vertex.Vertex) { ring.Forget(v) }
+func (s *Core) orderDone(v *vertex.Vertex) { ring.Leave(v) }
 
-// configure gives the ring its clause's order and knobs (a reload may have
-// changed them) and returns the clause.
-func (s *Scheduler) configure(r *ring.Ring) *config.Clause {
-	c := s.clause(r.Clause)
-	k := ring.Knobs{
+// setOrder gives ring r the order and preemption parameters of clause c.
+func setOrder(r *ring.Ring, c *config.Clause) {
+	p := ring.Preemption{
 		Cost:     c.DeliverySlotCost,
 		Loan:     c.DeliverySlotLoan,
 		Discount: c.DeliverySlotDiscount,
 		MinSlots: c.MinimumDeliverySlots,
 	}
 	if c.Order != config.OrderPreemptive {
-		k.Cost = 0
+		p.Cost = 0
 	}
-	r.Configure(c.Order == config.OrderPreemptive || c.Order == config.OrderFIFO, k)
-	return c
+	r.SetOrder(c.Order == config.OrderPreemptive || c.Order == config.OrderFIFO, p)
 }
 
 // rankOwn ranks v for the orders that do not follow the job list: ZMailer's
 // shuffle (a fresh random place at every queueing, from the injected rand)
 // and ageorder (oldest message file first).
-func (s *Scheduler) rankOwn(c *config.Clause, v *vertex.Vertex) {
+func (s *Core) rankOwn(c *config.Clause, v *vertex.Vertex) {
 	switch c.Order {
 	case config.OrderRandom:
 		v.Rank = s.rng.Float64()
@@ -108,7 +102,7 @@ func (s *Scheduler) rankOwn(c *config.Clause, v *vertex.Vertex) {
 
 // orderPicker is the ring's view of the core's threads (ring.Picker).
 type orderPicker struct {
-	s   *Scheduler
+	s   *Core
 	r   *ring.Ring
 	now time.Time
 }

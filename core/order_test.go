@@ -519,7 +519,7 @@ func TestAgeOrderFeedsOldestFileFirst(t *testing.T) {
 // message that completes is replaced by one of the same shape at fresh
 // hosts, so the number of queued vertices stays where it started.
 type bench struct {
-	s       *core.Scheduler
+	s       *core.Core
 	now     time.Time
 	rng     *rand.Rand
 	hosts   int
@@ -598,6 +598,7 @@ func (x *bench) step(stop int) {
 			delete(x.offsets, c.Inum)
 			x.arrive(size)
 		}
+		x.s.Advance()
 		if len(x.lines) == 0 || (stop >= 0 && x.fed >= stop) {
 			return
 		}

@@ -23,7 +23,7 @@ type Refusal struct {
 }
 
 // refuse fails a refused recipient of m.
-func (s *Scheduler) refuse(m *vertex.Message, r Refusal, now time.Time) {
+func (s *Core) refuse(m *vertex.Message, r Refusal, now time.Time) {
 	n := report.Notary{Recipient: r.User, Action: "failed", Status: r.Status,
 		Diagnostic: "x-local; 500 (" + r.Text + ")"}
 	s.diag(m, vertex.Rcpt{Offset: r.Offset, User: r.User, Notify: r.Notify}, n, r.Text)

@@ -18,7 +18,7 @@ import (
 // The job is found in the agent's own queue, not through the message map:
 // the agent's jobs were touched when they were fed, while with a million
 // recipients queued a map lookup is a cache miss.
-func (s *Scheduler) report(a *agent, l report.Line, now time.Time) bool {
+func (s *Core) report(a *agent, l report.Line, now time.Time) bool {
 	var e *entry
 	var v *vertex.Vertex
 	var i int
@@ -82,7 +82,7 @@ const (
 	notifySuccess = 2
 )
 
-func (s *Scheduler) diag(m *vertex.Message, rc vertex.Rcpt, n report.Notary, text string) {
+func (s *Core) diag(m *vertex.Message, rc vertex.Rcpt, n report.Notary, text string) {
 	m.Diags = true
 	s.ready.Diags = append(s.ready.Diags, Diag{Path: m.Path, Inum: m.Inum, Offset: rc.Offset, Notary: n, Text: text})
 }
@@ -90,15 +90,15 @@ func (s *Scheduler) diag(m *vertex.Message, rc vertex.Rcpt, n report.Notary, tex
 // finish ends one job: the attempt of its vertex is judged, the recipients
 // it left pending are rescheduled, feedback is applied to the destination.
 // why, when set, is the text for recipients the agent never reported.
-func (s *Scheduler) finish(a *agent, e entry, now time.Time, why string) {
+func (s *Core) finish(a *agent, e entry, now time.Time, why string) {
 	v := e.v
 	v.Agent = 0
 	if e.msg.Gone {
 		// The message was dropped from core while the job ran: drop left
 		// this vertex counted in its thread, which it leaves now.
 		if t := s.threadOf(v); t != nil {
-			t.Vertices--
-			s.touch(t, now)
+			t.Leave(v)
+			s.update(t, now)
 		}
 		return
 	}
@@ -189,30 +189,29 @@ func (s *Scheduler) finish(a *agent, e entry, now time.Time, why string) {
 		s.dropVertex(v, t)
 	}
 	if t != nil {
-		s.touch(t, now)
+		s.update(t, now)
 	}
 }
 
-func (s *Scheduler) dropVertex(v *vertex.Vertex, t *thread.Thread) {
+func (s *Core) dropVertex(v *vertex.Vertex, t *thread.Thread) {
 	s.orderDone(v)
 	v.Dequeue()
 	v.Unlink()
 	if t != nil {
-		t.Vertices--
-		tallyLeave(t, v)
+		t.Leave(v)
 	}
 	if v.Msg.Pending == 0 && len(v.Msg.Vertices) == 0 {
 		s.complete(v.Msg)
 	}
 }
 
-func (s *Scheduler) complete(m *vertex.Message) {
+func (s *Core) complete(m *vertex.Message) {
 	delete(s.msgs, m.Inum)
 	m.Gone = true
 	s.ready.Completes = append(s.ready.Completes, Complete{Path: m.Path, ID: m.ID, Inum: m.Inum, Diags: m.Diags, Bounce: m.Bounce})
 }
 
-func (s *Scheduler) outcome(a *agent, v *vertex.Vertex, r vertex.Rcpt, status, text string, now, next time.Time) {
+func (s *Core) outcome(a *agent, v *vertex.Vertex, r vertex.Rcpt, status, text string, now, next time.Time) {
 	s.ready.Outcomes = append(s.ready.Outcomes, Outcome{
 		Path: v.Msg.Path, Inum: v.Msg.Inum, Offset: r.Offset, User: r.User,
 		Channel: v.Channel, Host: v.Host, Agent: a.id, Status: status,
@@ -222,7 +221,7 @@ func (s *Scheduler) outcome(a *agent, v *vertex.Vertex, r vertex.Rcpt, status, t
 
 // resync handles "#resync path": the agent could not use the job. The file
 // is re-read (stale locks reset) and the job's recipients reconciled.
-func (s *Scheduler) resync(a *agent, path string, now time.Time) {
+func (s *Core) resync(a *agent, path string, now time.Time) {
 	if strings.HasPrefix(path, "/") || path == ".." || strings.HasPrefix(path, "../") || strings.Contains(path, "/../") || strings.HasSuffix(path, "/..") {
 		// Paths an agent names are only ever matched against the core's
 		// own (m.Path), never opened; one that escapes the postoffice is
@@ -267,7 +266,8 @@ func inumOf(path string) (int64, bool) {
 // no longer pending in the file leave core without an outcome of ours. A nil
 // arrival (the file vanished, or a live lock) drops the message from core;
 // the caller's scan brings it back if it still exists.
-func (s *Scheduler) Reread(now time.Time, inum int64, a *Arrival) {
+func (s *Core) Reread(now time.Time, inum int64, a *Arrival) {
+	s.answer(inum)
 	m := s.msgs[inum]
 	if m == nil {
 		return
@@ -306,7 +306,7 @@ func (s *Scheduler) Reread(now time.Time, inum int64, a *Arrival) {
 			t := s.threadOf(v)
 			s.dropVertex(v, t)
 			if t != nil {
-				s.touch(t, now)
+				s.update(t, now)
 			}
 		}
 	}
@@ -316,7 +316,7 @@ func (s *Scheduler) Reread(now time.Time, inum int64, a *Arrival) {
 }
 
 // drop forgets a message without touching its files.
-func (s *Scheduler) drop(m *vertex.Message, now time.Time) {
+func (s *Core) drop(m *vertex.Message, now time.Time) {
 	delete(s.msgs, m.Inum)
 	m.Gone = true
 	for _, v := range m.Vertices {
@@ -325,22 +325,25 @@ func (s *Scheduler) drop(m *vertex.Message, now time.Time) {
 		if v.Clause < 0 {
 			s.removeUnmatched(v)
 		}
-		if t != nil {
-			tallyLeave(t, v) // fed or not: its recipients are no longer in core
-		}
 		if v.Agent != 0 {
-			continue // finish sees the message is gone
+			// Its recipients are no longer in core; the vertex leaves its
+			// thread when its job ends (finish sees the message is gone).
+			if t != nil {
+				t.Drop(v, len(v.Rcpts))
+			}
+			v.Rcpts = v.Rcpts[:0]
+			continue
 		}
 		v.Dequeue()
 		if t != nil {
-			t.Vertices--
-			s.touch(t, now)
+			t.Leave(v)
+			s.update(t, now)
 		}
 	}
 	m.Vertices = nil
 }
 
-func (s *Scheduler) removeUnmatched(v *vertex.Vertex) {
+func (s *Core) removeUnmatched(v *vertex.Vertex) {
 	for i, x := range s.unmatched {
 		if x == v {
 			s.unmatched = append(s.unmatched[:i], s.unmatched[i+1:]...)

@@ -21,7 +21,7 @@ import (
 // failures (feedback.go) backs off as a whole, with the thread's index or
 // retryat. Each index advances once per failed run. A thread backing off is
 // not fed, whatever arrives meanwhile (ZMailer restarts it on every
-// arrival, Q6); Thread (ops.go) says so.
+// arrival, Q6); Thread (views.go) says so.
 //
 // Expiry. A vertex past arrival+expiry expires
 //   - at its next failed attempt (finish in report.go); its own retry time is
@@ -49,7 +49,7 @@ const notifyDelay = 8
 // if none (or one not in the future). It does not stop the destination:
 // feedback shrinks the window, and backs the whole thread off once the
 // failures declare it dead (feedback.go).
-func (s *Scheduler) siteFailure(t *thread.Thread, l report.Line, now time.Time) time.Time {
+func (s *Core) siteFailure(t *thread.Thread, l report.Line, now time.Time) time.Time {
 	if t != nil {
 		t.LastText = l.Status.String()
 		if l.Text != "" {
@@ -62,14 +62,14 @@ func (s *Scheduler) siteFailure(t *thread.Thread, l report.Line, now time.Time) 
 	return time.Time{}
 }
 
-func (s *Scheduler) schedule(c *config.Clause) thread.Schedule {
+func (s *Core) schedule(c *config.Clause) thread.Schedule {
 	return thread.Schedule{Interval: c.Interval.D(), Retries: c.Retries, Skew: c.Skew}
 }
 
 // vertexRetry is the next time of a vertex deferred on its own, never past
 // its expiry deadline: the last attempt happens at the deadline, so the
 // recipient expires on time instead of up to one retry step late.
-func (s *Scheduler) vertexRetry(c *config.Clause, v *vertex.Vertex, now time.Time) time.Time {
+func (s *Core) vertexRetry(c *config.Clause, v *vertex.Vertex, now time.Time) time.Time {
 	i := int(v.Retry)
 	next := s.schedule(c).Next(now, &i, s.rng)
 	v.Retry = int32(i)
@@ -84,7 +84,7 @@ func (s *Scheduler) vertexRetry(c *config.Clause, v *vertex.Vertex, now time.Tim
 // are computed, not kept in the vertex: they follow from the message and
 // the clause, which a reload may change (DESIGN §8: every byte of a vertex
 // is paid per recipient).
-func (s *Scheduler) deadlines(v *vertex.Vertex) (expires, expires2 time.Time) {
+func (s *Core) deadlines(v *vertex.Vertex) (expires, expires2 time.Time) {
 	if v.Clause < 0 || v.Msg.Arrival.IsZero() {
 		return time.Time{}, time.Time{}
 	}
@@ -97,14 +97,14 @@ func (s *Scheduler) deadlines(v *vertex.Vertex) (expires, expires2 time.Time) {
 }
 
 // expires returns v's expiry deadline (deadlines), zero if none.
-func (s *Scheduler) expires(v *vertex.Vertex) time.Time {
+func (s *Core) expires(v *vertex.Vertex) time.Time {
 	e, _ := s.deadlines(v)
 	return e
 }
 
 // expire gives up on a vertex's remaining recipients: a d line each (the
 // last agent notary, or a 5.4.7 one) so the DSN can tell the sender.
-func (s *Scheduler) expire(v *vertex.Vertex, now time.Time) {
+func (s *Core) expire(v *vertex.Vertex, now time.Time) {
 	text := "expired after " + age(now.Sub(v.Msg.Arrival))
 	if v.LastText() != "" {
 		text += ": " + v.LastText()
@@ -125,7 +125,9 @@ func (s *Scheduler) expire(v *vertex.Vertex, now time.Time) {
 			Delay: now.Sub(v.Msg.Arrival), Attempts: int(v.Attempts), Text: text,
 		})
 	}
-	s.tallyDrop(v, len(v.Rcpts))
+	if t := s.threadOf(v); t != nil {
+		t.Drop(v, len(v.Rcpts))
+	}
 	v.Msg.Pending -= len(v.Rcpts)
 	v.Rcpts = v.Rcpts[:0]
 }
@@ -148,7 +150,7 @@ func age(d time.Duration) string {
 // any clause, within [1s, 1m]. Deadlines are met to within that period
 // (ZMailer: 15 minutes) while a queue of many vertices is walked at most
 // once a minute under ordinary intervals.
-func (s *Scheduler) expiryEvery() time.Duration {
+func (s *Core) expiryEvery() time.Duration {
 	every := expirySweepEvery
 	for i := range s.cfg.Clauses {
 		if iv := s.cfg.Clauses[i].Interval.D(); iv > 0 && iv < every {
@@ -161,7 +163,7 @@ func (s *Scheduler) expiryEvery() time.Duration {
 // sweepExpiry expires what no attempt will reach in time: vertices past
 // expiry whose destination is backing off, and any vertex past expiry2.
 // Effects come out in message order, whatever the maps' order.
-func (s *Scheduler) sweepExpiry(now time.Time) {
+func (s *Core) sweepExpiry(now time.Time) {
 	var due []*vertex.Vertex
 	for _, t := range s.threads {
 		if !s.mayExpire(t, now) {
@@ -188,7 +190,7 @@ func (s *Scheduler) sweepExpiry(now time.Time) {
 		}
 		return strings.Compare(a.Host, b.Host)
 	})
-	var touched []*thread.Thread
+	var changed []*thread.Thread
 	seen := make(map[*thread.Thread]bool)
 	for _, v := range due {
 		t := s.threadOf(v)
@@ -196,11 +198,11 @@ func (s *Scheduler) sweepExpiry(now time.Time) {
 		s.dropVertex(v, t)
 		if t != nil && !seen[t] {
 			seen[t] = true
-			touched = append(touched, t)
+			changed = append(changed, t)
 		}
 	}
-	for _, t := range touched {
-		s.touch(t, now)
+	for _, t := range changed {
+		s.update(t, now)
 	}
 	s.warnDelayed(now)
 }
@@ -208,7 +210,7 @@ func (s *Scheduler) sweepExpiry(now time.Time) {
 func expired(deadline, now time.Time) bool { return !deadline.IsZero() && !now.Before(deadline) }
 
 // warnDelayed writes the delay warnings that are due.
-func (s *Scheduler) warnDelayed(now time.Time) {
+func (s *Core) warnDelayed(now time.Time) {
 	after := s.cfg.Scheduler.DelayWarningTime.D()
 	if after <= 0 {
 		return
@@ -228,7 +230,7 @@ func (s *Scheduler) warnDelayed(now time.Time) {
 // warn writes a message's delay warning: a d line with action "delayed" for
 // each pending recipient that asked for NOTIFY=DELAY, then asks for the
 // DSN. It is done once per message, asked for or not.
-func (s *Scheduler) warn(m *vertex.Message, now time.Time) {
+func (s *Core) warn(m *vertex.Message, now time.Time) {
 	m.Warned = true
 	n := 0
 	text := "delayed for " + age(now.Sub(m.Arrival)) + "; still trying"
@@ -267,4 +269,18 @@ func transient(status string) string {
 		return "4" + status[1:]
 	}
 	return status
+}
+
+// mayExpire reports whether any recipient of t may be past its expiry
+// deadline (arrival + expiry) at now, by its tally's oldest arrival: the
+// expiry sweep, which runs as often as the shortest clause interval, then
+// walks only the threads that may hold something to expire, not the whole
+// queue. The tally's seconds are rounded down, so it errs toward looking.
+func (s *Core) mayExpire(t *thread.Thread, now time.Time) bool {
+	c := s.clause(t.Clause)
+	if c.Expiry <= 0 {
+		return false
+	}
+	oldest := t.Oldest()
+	return !oldest.IsZero() && !now.Before(oldest.Add(c.Expiry.D()))
 }

@@ -33,7 +33,7 @@ overfeed = 8
 // is the drain benchmark's shape), and agents that deliver every job line
 // at once.
 type queue struct {
-	s       *core.Scheduler
+	s       *core.Core
 	now     time.Time
 	rcpts   int
 	perHost int
@@ -114,6 +114,7 @@ func (q *queue) step() {
 			q.pending = append(q.pending, w)
 		}
 	}
+	q.s.Advance()
 	if len(q.pending) == 0 {
 		r := q.s.Ready()
 		if len(r.Writes)+len(r.Spawns) == 0 {
@@ -123,6 +124,7 @@ func (q *queue) step() {
 		for _, sp := range r.Spawns {
 			q.s.AgentLine(q.now, sp.Agent, "#hungry")
 		}
+		q.s.Advance()
 		return
 	}
 	w := q.pending[0]

@@ -93,9 +93,11 @@ type agent struct {
 	killReason string
 }
 
-// Scheduler is the deterministic scheduling core. It is not safe for
-// concurrent use: one goroutine owns it.
-type Scheduler struct {
+// Core is the deterministic scheduling core: every decision of the
+// scheduler, as a state machine (doc.go). It is not safe for concurrent
+// use: one goroutine owns it. (config.Scheduler is another thing: the
+// [scheduler] table of the configuration.)
+type Core struct {
 	cfg *config.Config
 	log hclog.Logger
 	rng *rand.Rand
@@ -105,7 +107,7 @@ type Scheduler struct {
 	rings   map[ring.Key]*ring.Ring
 	agents  map[int]*agent
 
-	timers  timerHeap
+	agenda  thread.Heap  // threads by their next time of interest (ByWake)
 	blocked []*ring.Ring // rings waiting for a global, channel or fork-rate slot
 
 	total      int
@@ -126,16 +128,26 @@ type Scheduler struct {
 
 	stats   Counters
 	latency Latency
-	ready   Ready
-	spare   Ready       // the batch Ready returned last: its slices are reused
 	picker  orderPicker // the rings' view of the threads (order.go)
 
-	// Operator state (ops.go): destination holds by (channel, host), which
-	// outlive their threads; held messages, whose vertices sit in no heap;
-	// quiet once shutdown stops all feeding.
-	holds    map[[2]string]bool
-	heldMsgs map[int64]*vertex.Message
-	quiet    bool
+	// The batches (Ready, Advance): ready collects the effects of the
+	// events since the batch in hand was taken; inHand is that batch, its
+	// slices the caller's until Advance; spare holds emptied slices for the
+	// next batch. owed counts the re-reads of the batch in hand not yet
+	// answered through Reread, answered marks which.
+	ready    Ready
+	inHand   Ready
+	spare    Ready
+	taken    bool
+	owed     int
+	answered []bool
+
+	// Operator state (commands.go): destination holds by (channel, host),
+	// which outlive their threads; held messages, whose vertices sit in no
+	// heap; stopping once shutdown stops all feeding.
+	heldDests    map[[2]string]bool
+	heldMessages map[int64]*vertex.Message
+	stopping     bool
 
 	// Transport state (throttle.go, words.go): throttled rings, the next
 	// end of a back-off, and per ring the rate limits of agent words.
@@ -162,78 +174,37 @@ type Counters struct {
 }
 
 // New returns an empty scheduler for cfg.
-func New(cfg *config.Config, log hclog.Logger, rng *rand.Rand) *Scheduler {
+func New(cfg *config.Config, log hclog.Logger, rng *rand.Rand) *Core {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Scheduler{
-		cfg:        cfg,
-		log:        log,
-		rng:        rng,
-		msgs:       make(map[int64]*vertex.Message),
-		threads:    make(map[thread.Key]*thread.Thread),
-		rings:      make(map[ring.Key]*ring.Ring),
-		agents:     make(map[int]*agent),
-		perChannel: make(map[string]int),
-		clauses:    make(map[[2]string]int),
-		holds:      make(map[[2]string]bool),
-		heldMsgs:   make(map[int64]*vertex.Message),
+	return &Core{
+		cfg:          cfg,
+		log:          log,
+		rng:          rng,
+		msgs:         make(map[int64]*vertex.Message),
+		threads:      make(map[thread.Key]*thread.Thread),
+		rings:        make(map[ring.Key]*ring.Ring),
+		agents:       make(map[int]*agent),
+		perChannel:   make(map[string]int),
+		clauses:      make(map[[2]string]int),
+		heldDests:    make(map[[2]string]bool),
+		heldMessages: make(map[int64]*vertex.Message),
 	}
-}
-
-// Ready returns the effects of the events since the last call. Its slices
-// are the core's: they stay valid while the caller carries them out, other
-// calls into the core included, until the next call of Ready, which reuses
-// them (a caller that keeps actions longer copies them). Reuse is what
-// makes a dispatch allocate no action slices: under load Ready is called
-// for every batch of agent lines.
-func (s *Scheduler) Ready() Ready {
-	r := s.ready
-	s.ready = s.spare.reuse()
-	s.spare = r
-	return r
-}
-
-// readyKeep bounds the slices Ready keeps for reuse: a burst (a scan that
-// queued thousands of messages, a mass expiry) must not pin its memory.
-const readyKeep = 4096
-
-// reuse returns r's slices emptied, their elements cleared so that they
-// hold no strings or messages alive.
-func (r *Ready) reuse() Ready {
-	return Ready{
-		Spawns:    reuseSlice(r.Spawns),
-		Writes:    reuseSlice(r.Writes),
-		Stops:     reuseSlice(r.Stops),
-		Diags:     reuseSlice(r.Diags),
-		Outcomes:  reuseSlice(r.Outcomes),
-		Completes: reuseSlice(r.Completes),
-		Rereads:   reuseSlice(r.Rereads),
-		DSNs:      reuseSlice(r.DSNs),
-		Throttles: reuseSlice(r.Throttles),
-	}
-}
-
-func reuseSlice[T any](s []T) []T {
-	if cap(s) > readyKeep {
-		return nil
-	}
-	clear(s)
-	return s[:0]
 }
 
 // Counters returns the running totals.
-func (s *Scheduler) Counters() Counters { return s.stats }
+func (s *Core) Counters() Counters { return s.stats }
 
 // Messages returns how many messages are in core.
-func (s *Scheduler) Messages() int { return len(s.msgs) }
+func (s *Core) Messages() int { return len(s.msgs) }
 
 // Agents returns how many agents exist, idle and ending ones included.
-func (s *Scheduler) Agents() int { return s.total }
+func (s *Core) Agents() int { return s.total }
 
 // Idle reports whether nothing is queued and no agent is busy: the state
 // in which `run -drain` may finish.
-func (s *Scheduler) Idle() bool {
+func (s *Core) Idle() bool {
 	if len(s.msgs) > 0 {
 		return false
 	}
@@ -247,10 +218,10 @@ func (s *Scheduler) Idle() bool {
 
 // NextWakeup returns when Tick should next be called; zero means only an
 // event can create work.
-func (s *Scheduler) NextWakeup() time.Time {
+func (s *Core) NextWakeup() time.Time {
 	var w time.Time
-	if len(s.timers) > 0 {
-		w = s.timers[0].Wake
+	if t := s.agenda.Min(); t != nil {
+		w = t.Wake()
 	}
 	earlier := func(at time.Time) {
 		if !at.IsZero() && (w.IsZero() || at.Before(w)) {
@@ -270,10 +241,11 @@ func (s *Scheduler) NextWakeup() time.Time {
 	return w
 }
 
-func (s *Scheduler) clause(i int) *config.Clause { return &s.cfg.Clauses[i] }
+func (s *Core) clause(i int) *config.Clause { return &s.cfg.Clauses[i] }
 
 // Arrive places a control file's pending recipients into threads and rings.
-func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
+func (s *Core) Arrive(now time.Time, a Arrival) error {
+	s.event("Arrive")
 	if _, dup := s.msgs[a.Inum]; dup {
 		return ErrDuplicate
 	}
@@ -312,16 +284,11 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 			s.unmatched = append(s.unmatched, v)
 			continue
 		}
-		t := s.thread(ci, g.Channel, host)
-		// The thread's key, not the control file's strings: one copy per
-		// destination in core instead of one per vertex (DESIGN §8).
+		t := s.thread(ci, g.Channel, host, now)
 		v := vertex.New(m, &t.Key, g.Rcpts)
 		m.Vertices = append(m.Vertices, v)
-		s.orderAdd(s.ring(t), m, []*vertex.Vertex{v}, now)
-		t.Vertices++
-		tallyJoin(t, v)
-		t.Add(v, now)
-		s.touch(t, now)
+		s.placeVertex(t, v, now)
+		s.update(t, now)
 	}
 	if m.Pending == 0 {
 		s.complete(m)
@@ -329,9 +296,22 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 	return nil
 }
 
+// placeVertex puts v, a vertex of a message in core, into thread t: it
+// takes t's key as its destination (one copy of the names per destination
+// in core instead of one per vertex, DESIGN §8), is ranked in t's ring,
+// counted in t and put on the heap its time calls for. Arrive places new
+// vertices through it, Reconfigure those a new clause routes; the caller
+// then updates t.
+func (s *Core) placeVertex(t *thread.Thread, v *vertex.Vertex, now time.Time) {
+	v.Dest = &t.Key
+	s.orderAdd(s.ring(t), v, now)
+	t.Join(v)
+	t.Add(v, now)
+}
+
 // match returns the clause for (channel, host), cached: config.Match is a
 // linear glob scan and arrivals repeat destinations.
-func (s *Scheduler) match(channel, host string) (int, bool) {
+func (s *Core) match(channel, host string) (int, bool) {
 	k := [2]string{channel, host}
 	if ci, ok := s.clauses[k]; ok {
 		return ci, ci >= 0
@@ -352,7 +332,7 @@ const maxClauseCache = 1 << 16
 
 // thread finds or creates the thread and ring for a vertex: map lookups,
 // never scans.
-func (s *Scheduler) thread(ci int, channel, host string) *thread.Thread {
+func (s *Core) thread(ci int, channel, host string, now time.Time) *thread.Thread {
 	k := thread.Key{Clause: ci, Channel: channel, Host: host}
 	if t, ok := s.threads[k]; ok {
 		return t
@@ -360,15 +340,14 @@ func (s *Scheduler) thread(ci int, channel, host string) *thread.Thread {
 	c := s.clause(ci)
 	t := thread.New(k, thread.NewWindow(c))
 	t.QueueOnly = c.QueueOnly
-	t.Held = s.holds[[2]string{channel, host}]
-	s.recall(t)
+	t.Held = s.heldDests[[2]string{channel, host}]
+	s.restoreLearned(t, now)
 	s.threads[k] = t
-	r := s.ring(t)
-	r.Threads++
+	s.ring(t).AddThread()
 	return t
 }
 
-func (s *Scheduler) ringKey(t *thread.Thread) ring.Key {
+func (s *Core) ringKey(t *thread.Thread) ring.Key {
 	k := ring.Key{Clause: t.Clause, Channel: t.Channel}
 	if s.clause(t.Clause).Command.HostBound() {
 		k.Host = t.Host
@@ -376,64 +355,65 @@ func (s *Scheduler) ringKey(t *thread.Thread) ring.Key {
 	return k
 }
 
-func (s *Scheduler) ring(t *thread.Thread) *ring.Ring {
+func (s *Core) ring(t *thread.Thread) *ring.Ring {
 	k := s.ringKey(t)
 	r, ok := s.rings[k]
 	if !ok {
 		r = ring.New(k, k.Host != "")
+		setOrder(r, s.clause(k.Clause))
 		s.rings[k] = r
 	}
 	return r
 }
 
-// touch restores every index that depends on t after t changed: the ring's
-// wanting heap, the timer heap, and, if t wants an agent, gives it one.
-func (s *Scheduler) touch(t *thread.Thread, now time.Time) {
+// update restores every index that depends on t after t changed: the ring's
+// wanting heap and the agenda; it drops t once empty and idle, ends an ETRN
+// run with nothing due left, and, if t wants an agent, gives it one.
+func (s *Core) update(t *thread.Thread, now time.Time) {
 	s.reviveDue(t, now)
-	if t.Vertices == 0 && t.Busy == 0 {
-		s.remember(t, now)
+	if t.Vertices() == 0 && t.Busy == 0 {
+		s.keepLearned(t, now)
 		s.dropThread(t)
 		return
 	}
-	if t.Turned && t.Busy == 0 && (t.Ready.Len() == 0 || t.BackingOff(now)) {
+	if t.ETRN && t.Busy == 0 && (t.Ready.Len() == 0 || t.BackingOff(now)) {
 		// An ETRN run ends when nothing due is left: what it deferred
 		// waits for the next ETRN, as queueonly means.
-		t.Turned = false
+		t.ETRN = false
 	}
 	r := s.ring(t)
 	r.Update(t, now)
-	s.timers.set(t, t.NextWake(now))
-	if t.RingIndex >= 0 {
+	s.agenda.SetWake(t, t.NextWake(now))
+	if r.Offers(t) {
 		s.serve(r, now, -1)
 	}
 }
 
-func (s *Scheduler) dropThread(t *thread.Thread) {
+func (s *Core) dropThread(t *thread.Thread) {
 	r := s.ring(t)
-	r.Remove(t)
-	s.timers.set(t, time.Time{})
+	r.RemoveThread(t)
+	s.agenda.SetWake(t, time.Time{})
 	delete(s.threads, t.Key)
-	r.Threads--
 	if r.Empty() {
 		s.dropRing(r)
 	}
 }
 
-func (s *Scheduler) dropRing(r *ring.Ring) {
-	if r.Blocked {
+func (s *Core) dropRing(r *ring.Ring) {
+	if r.Blocked() {
 		for i, x := range s.blocked {
 			if x == r {
 				s.blocked = append(s.blocked[:i], s.blocked[i+1:]...)
 				break
 			}
 		}
-		r.Blocked = false
+		r.SetBlocked(false)
 	}
 	delete(s.rings, r.Key)
 	s.ringGone(r.Key)
 }
 
-func (s *Scheduler) threadOf(v *vertex.Vertex) *thread.Thread {
+func (s *Core) threadOf(v *vertex.Vertex) *thread.Thread {
 	if v.Clause < 0 {
 		return nil
 	}
@@ -442,12 +422,12 @@ func (s *Scheduler) threadOf(v *vertex.Vertex) *thread.Thread {
 
 // Tick handles timers: threads whose time has come, job timeouts, idle
 // reaping and the expiry sweep.
-func (s *Scheduler) Tick(now time.Time) {
-	for len(s.timers) > 0 && !s.timers[0].Wake.After(now) {
-		t := s.timers[0]
-		s.timers.set(t, time.Time{})
+func (s *Core) Tick(now time.Time) {
+	s.event("Tick")
+	for t := s.agenda.Min(); t != nil && !t.Wake().After(now); t = s.agenda.Min() {
+		s.agenda.SetWake(t, time.Time{})
 		t.Promote(now)
-		s.touch(t, now)
+		s.update(t, now)
 	}
 	if !s.nextSweep.IsZero() && !now.Before(s.nextSweep) {
 		s.sweepAgents(now)
@@ -457,6 +437,7 @@ func (s *Scheduler) Tick(now time.Time) {
 		s.nextExpiry = now.Add(s.expiryEvery())
 		s.sweepExpiry(now)
 		s.sweepHeld(now)
+		s.forgetStale(now)
 	}
 	if len(s.blocked) > 0 {
 		s.unblock(now)
@@ -464,7 +445,26 @@ func (s *Scheduler) Tick(now time.Time) {
 }
 
 // Has reports whether message inum is in core.
-func (s *Scheduler) Has(inum int64) bool {
+func (s *Core) Has(inum int64) bool {
 	_, ok := s.msgs[inum]
 	return ok
+}
+
+// dropRcpt removes v's recipient i (vertex.Drop) and un-counts it in v's
+// thread.
+func (s *Core) dropRcpt(v *vertex.Vertex, i int) vertex.Rcpt {
+	if t := s.threadOf(v); t != nil {
+		t.Drop(v, 1)
+	}
+	return v.Drop(i)
+}
+
+// hasJob reports whether a has a job line for message inum outstanding.
+func (a *agent) hasJob(inum int64) bool {
+	for _, e := range a.fifo {
+		if e.kind == entryJob && e.msg.Inum == inum {
+			return true
+		}
+	}
+	return false
 }

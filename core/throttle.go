@@ -47,7 +47,7 @@ type throttle struct {
 }
 
 // throttled returns r's throttle, nil when its transport is not throttled.
-func (s *Scheduler) throttled(r *ring.Ring) *throttle {
+func (s *Core) throttled(r *ring.Ring) *throttle {
 	if len(s.throttles) == 0 {
 		return nil
 	}
@@ -56,13 +56,13 @@ func (s *Scheduler) throttled(r *ring.Ring) *throttle {
 
 // transportClosed reports whether no new agent may be started for r now:
 // its back-off runs, or its probe has not yet completed a job.
-func (s *Scheduler) transportClosed(r *ring.Ring, now time.Time) bool {
+func (s *Core) transportClosed(r *ring.Ring, now time.Time) bool {
 	th := s.throttled(r)
 	return th != nil && (now.Before(th.until) || th.probe != 0)
 }
 
 // transportStarted notes a new agent of r: under a throttle it is the probe.
-func (s *Scheduler) transportStarted(r *ring.Ring, a *agent) {
+func (s *Core) transportStarted(r *ring.Ring, a *agent) {
 	if th := s.throttled(r); th != nil {
 		a.gen = th.gen
 		th.probe = a.id
@@ -70,7 +70,7 @@ func (s *Scheduler) transportStarted(r *ring.Ring, a *agent) {
 }
 
 // transportFailed applies an agent's failure to its ring.
-func (s *Scheduler) transportFailed(a *agent, why string, now time.Time) {
+func (s *Core) transportFailed(a *agent, why string, now time.Time) {
 	if s.throttles == nil {
 		s.throttles = make(map[ring.Key]*throttle)
 	}
@@ -105,20 +105,20 @@ func (s *Scheduler) transportFailed(a *agent, why string, now time.Time) {
 }
 
 // transportWorks clears r's throttle: an agent of it completed a job.
-func (s *Scheduler) transportWorks(a *agent, now time.Time) {
+func (s *Core) transportWorks(a *agent, now time.Time) {
 	th := s.throttled(a.ring)
 	if th == nil {
 		return
 	}
 	delete(s.throttles, th.key)
-	s.log.Info("transport works again", "clause", s.clause(a.clause).Select, "channel", a.channel,
-		"host", a.host, "agent", a.id, "failures", th.failures)
+	s.observe(Observation{Kind: ObservedTransportWorks, Clause: s.clause(a.clause).Select, Channel: a.channel,
+		Host: a.host, Agent: a.id, Failures: th.failures})
 	// Its other threads may be waiting for an agent.
 	s.serve(a.ring, now, -1)
 }
 
 // wakeLift makes sure Tick runs no later than at to end a back-off.
-func (s *Scheduler) wakeLift(at time.Time) {
+func (s *Core) wakeLift(at time.Time) {
 	if s.nextLift.IsZero() || at.Before(s.nextLift) {
 		s.nextLift = at
 	}
@@ -126,7 +126,7 @@ func (s *Scheduler) wakeLift(at time.Time) {
 
 // liftThrottles ends the back-offs due at now: their rings go on probation
 // and get their probe. Throttles whose ring is gone are forgotten.
-func (s *Scheduler) liftThrottles(now time.Time) {
+func (s *Core) liftThrottles(now time.Time) {
 	if s.nextLift.IsZero() || now.Before(s.nextLift) {
 		return
 	}
@@ -177,14 +177,14 @@ func keyLess(a, b ring.Key) bool {
 
 // forgetThrottles drops every throttle: a reload may have fixed the
 // command, and ring keys change with clause indexes.
-func (s *Scheduler) forgetThrottles() {
+func (s *Core) forgetThrottles() {
 	clear(s.throttles)
 	s.nextLift = time.Time{}
 }
 
 // flushThrottles ends the back-offs of the rings of channels that match
 // (the operator's flush): their next agent is a probe.
-func (s *Scheduler) flushThrottles(now time.Time, match func(channel string) bool) {
+func (s *Core) flushThrottles(now time.Time, match func(channel string) bool) {
 	var due []*throttle
 	for _, th := range s.throttles {
 		if match(th.key.Channel) && !th.until.IsZero() {
@@ -201,14 +201,14 @@ func (s *Scheduler) flushThrottles(now time.Time, match func(channel string) boo
 }
 
 // throttleView fills a ring's view with its throttle.
-func (s *Scheduler) throttleView(r *ring.Ring, rv *RingView) {
+func (s *Core) throttleView(r *ring.Ring, rv *RingView) {
 	if th := s.throttled(r); th != nil {
 		rv.Throttled, rv.Probing, rv.ThrottleText = th.until, th.until.IsZero(), th.text
 	}
 }
 
 // throttledRings counts the rings that may not start an agent now.
-func (s *Scheduler) throttledRings(now time.Time) int {
+func (s *Core) throttledRings(now time.Time) int {
 	n := 0
 	for _, th := range s.throttles {
 		if now.Before(th.until) || th.probe != 0 {
@@ -219,7 +219,7 @@ func (s *Scheduler) throttledRings(now time.Time) int {
 }
 
 // checkThrottles verifies that every running back-off will be lifted.
-func (s *Scheduler) checkThrottles() error {
+func (s *Core) checkThrottles() error {
 	for k, th := range s.throttles {
 		if th.key != k {
 			return fmt.Errorf("throttle of %v filed under %v", th.key, k)

@@ -48,11 +48,15 @@ func (l *logBuf) lines(subs ...string) []string {
 }
 
 // logged replaces a fresh simulation's core with one that logs into a
-// buffer (sim.New's logs nowhere).
+// buffer (sim.New's logs nowhere), with the core's observations as
+// sim.Format writes them.
 func logged(s *sim.Sim, c *config.Config, seed int64) *logBuf {
 	buf := &logBuf{}
 	log := hclog.New(&hclog.LoggerOptions{Output: buf, Level: hclog.Debug})
 	s.Core = core.New(c, log, rand.New(rand.NewSource(seed)))
+	s.OnReady = func(r *core.Ready) {
+		buf.Write([]byte(sim.Format(&core.Ready{Observations: r.Observations})))
+	}
 	return buf
 }
 
@@ -136,7 +140,7 @@ func TestBrokenTransportIsThrottled(t *testing.T) {
 	broken = false
 	run(t, s, 3*time.Hour)
 	checkAllDelivered(t, s, 300)
-	if len(log.lines("transport works again")) != 1 {
+	if len(log.lines("transport works ")) != 1 {
 		t.Error("the throttle was not cleared by the agent that worked")
 	}
 	for _, r := range s.Core.Rings(s.Now) {
@@ -157,7 +161,7 @@ func sortDurations(d []time.Duration) {
 // driven is a core driven by hand, for exits no simulated agent makes.
 type driven struct {
 	t   *testing.T
-	s   *core.Scheduler
+	s   *core.Core
 	now time.Time
 }
 
@@ -173,16 +177,34 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// ready takes the core's actions (copied: Ready's slices are reused).
+// ready takes the core's actions (copied: the slices are the core's again
+// after Advance).
 func (d *driven) ready() core.Ready {
 	r := d.s.Ready()
-	return core.Ready{
+	c := core.Ready{
 		Spawns:    append([]core.Spawn(nil), r.Spawns...),
 		Writes:    append([]core.Write(nil), r.Writes...),
 		Stops:     append([]core.Stop(nil), r.Stops...),
 		Outcomes:  append([]core.Outcome(nil), r.Outcomes...),
 		Throttles: append([]core.Throttle(nil), r.Throttles...),
+		Rereads:   append([]core.Reread(nil), r.Rereads...),
 	}
+	// The files are as the test left them: no agent marked a recipient,
+	// so a re-read finds what the core holds still pending.
+	for _, rr := range r.Rereads {
+		m, err := d.s.Message(d.now, fmt.Sprint(rr.Inum))
+		if err != nil {
+			d.s.Reread(d.now, rr.Inum, nil)
+			continue
+		}
+		a := core.Arrival{Inum: m.Inum, Path: m.Path, ID: m.ID, Arrival: m.Arrival}
+		for _, v := range m.Vertices {
+			a.Groups = append(a.Groups, core.Group{Channel: v.Channel, Host: v.Host, Rcpts: v.Rcpts})
+		}
+		d.s.Reread(d.now, rr.Inum, &a)
+	}
+	d.s.Advance()
+	return c
 }
 
 // TestAgentDeadBeforeHungryThrottlesItsRing: exiting before the first

@@ -51,7 +51,7 @@ type words struct {
 	misformed, stderr, resync limiter
 }
 
-func (s *Scheduler) wordsOf(k ring.Key) *words {
+func (s *Core) wordsOf(k ring.Key) *words {
 	w := s.words[k]
 	if w == nil {
 		if s.words == nil {
@@ -65,7 +65,7 @@ func (s *Scheduler) wordsOf(k ring.Key) *words {
 
 // say logs what agent a said under the limit which picks, with the clause
 // and the destination.
-func (s *Scheduler) say(a *agent, which func(*words) *limiter, now time.Time, lvl hclog.Level, msg string, kv ...any) {
+func (s *Core) say(a *agent, which func(*words) *limiter, now time.Time, lvl hclog.Level, msg string, kv ...any) {
 	ok, left := which(s.wordsOf(a.ring.Key)).allow(now)
 	if !ok {
 		return
@@ -91,7 +91,8 @@ func resyncWords(w *words) *limiter    { return &w.resync }
 
 // AgentStderr handles one line from an agent's own stderr stream (pipes
 // mode): its words, logged, not protocol.
-func (s *Scheduler) AgentStderr(now time.Time, id int, line string) {
+func (s *Core) AgentStderr(now time.Time, id int, line string) {
+	s.event("AgentStderr")
 	a, ok := s.agents[id]
 	if !ok {
 		return
@@ -104,7 +105,7 @@ func (s *Scheduler) AgentStderr(now time.Time, id int, line string) {
 
 // ringGone forgets what a dropped ring's key held: its word limits, and a
 // throttle that is neither running nor waiting for a probe.
-func (s *Scheduler) ringGone(k ring.Key) {
+func (s *Core) ringGone(k ring.Key) {
 	delete(s.words, k)
 	if th := s.throttles[k]; th != nil && th.until.IsZero() && th.probe == 0 {
 		delete(s.throttles, k)

@@ -23,13 +23,8 @@ const maxBacklog = 1 << 20
 // apply carries out the core's actions until it has none left (re-reads
 // feed results back, which may produce more).
 func (d *Daemon) apply() {
-	for {
+	for d.core.HasReady() {
 		r := d.core.Ready()
-		if r.Empty() {
-			// The outcome lines and throttles of exited agents are out.
-			clear(d.gone)
-			return
-		}
 		var failed []failedStart
 		for _, sp := range r.Spawns {
 			if err := d.spawn(sp); err != nil {
@@ -79,25 +74,15 @@ func (d *Daemon) apply() {
 		for _, th := range r.Throttles {
 			d.logThrottle(th)
 		}
+		d.observed(r.Observations)
+		if d.opt.OnBatch != nil {
+			d.opt.OnBatch(&r)
+		}
 		now := d.now()
 		for _, rr := range r.Rereads {
-			f, err := d.spool.Reread(rr.Path)
-			if err != nil {
-				if !errors.Is(err, ctlfile.ErrNotFound) {
-					d.log.Warn("re-reading control file", "msg", rr.Path, "error", err)
-				}
-				d.core.Reread(now, rr.Inum, nil)
-				continue
-			}
-			// Lines a live agent holds are still pending for the core.
-			for i := range f.Rcpts {
-				if f.Rcpts[i].Status == ctlfile.Locked {
-					f.Rcpts[i].Status = ctlfile.Pending
-				}
-			}
-			a := arrival(rr.Path, f)
-			d.core.Reread(now, rr.Inum, &a)
+			d.reread(now, rr)
 		}
+		d.core.Advance()
 		for _, f := range failed {
 			// Logged once per throttle, with the error as the agent's last
 			// words (core/throttle.go), not once per start.
@@ -109,6 +94,29 @@ func (d *Daemon) apply() {
 			d.core.AgentExited(now, f.id, "start failed: "+f.err.Error())
 		}
 	}
+	// The outcome lines and throttles of exited agents are out.
+	clear(d.gone)
+}
+
+// reread reads a control file again, as the core asked, and gives the core
+// the result (every re-read of a batch is answered before the next event).
+func (d *Daemon) reread(now time.Time, rr core.Reread) {
+	f, err := d.spool.Reread(rr.Path)
+	if err != nil {
+		if !errors.Is(err, ctlfile.ErrNotFound) {
+			d.log.Warn("re-reading control file", "msg", rr.Path, "error", err)
+		}
+		d.core.Reread(now, rr.Inum, nil)
+		return
+	}
+	// Lines a live agent holds are still pending for the core.
+	for i := range f.Rcpts {
+		if f.Rcpts[i].Status == ctlfile.Locked {
+			f.Rcpts[i].Status = ctlfile.Pending
+		}
+	}
+	a := arrival(rr.Path, f)
+	d.core.Reread(now, rr.Inum, &a)
 }
 
 // write hands each agent its lines in one call, in order, so that they
@@ -308,19 +316,20 @@ func (d *Daemon) logOutcome(o core.Outcome) {
 		l = newOutcomeLine()
 		d.outcomeLine = l
 	}
-	l.kv[1] = o.Path
-	l.kv[3] = o.Offset
-	l.kv[5] = o.User
-	l.same(7, &l.channel, o.Channel)
-	l.kv[9] = o.Host
-	if pid != l.pid || l.kv[11] == nil {
-		l.pid, l.kv[11] = pid, pid
+	l.set(outMsg, o.Path)
+	l.set(outRcpt, o.Offset)
+	l.set(outTo, o.User)
+	l.same(outChannel, &l.channel, o.Channel)
+	l.set(outHost, o.Host)
+	if pid != l.pid || l.kv[2*outTA+1] == nil {
+		l.pid = pid
+		l.set(outTA, pid)
 	}
-	l.same(13, &l.status, o.Status)
-	l.kv[15] = o.Delay.Truncate(time.Millisecond).String()
-	l.kv[17] = o.Attempts
-	l.same(19, &l.next, next)
-	l.same(21, &l.text, o.Text)
+	l.same(outStatus, &l.status, o.Status)
+	l.set(outDelay, o.Delay.Truncate(time.Millisecond).String())
+	l.set(outAttempts, o.Attempts)
+	l.same(outNext, &l.next, next)
+	l.same(outText, &l.text, o.Text)
 	d.log.Info("outcome", l.kv[:]...)
 }
 
@@ -330,24 +339,48 @@ func (d *Daemon) logOutcome(o core.Outcome) {
 // from one recipient to the next (the channel, the agent, the status word,
 // the text), each of which is boxed again only when it changed.
 type outcomeLine struct {
-	kv                          [22]any
+	kv                          [2 * outKeys]any
 	pid                         int
 	channel, status, next, text string
 }
 
+// The outcome line's fields, in the order of its keys (outcomeKeys).
+const (
+	outMsg = iota
+	outRcpt
+	outTo
+	outChannel
+	outHost
+	outTA
+	outStatus
+	outDelay
+	outAttempts
+	outNext
+	outText
+	outKeys // how many
+)
+
+// outcomeKeys are the line's keys, which operators grep: fixed, in order.
+var outcomeKeys = [outKeys]string{"msg", "rcpt", "to", "channel", "host", "ta",
+	"status", "delay", "attempts", "next", "text"}
+
 // newOutcomeLine returns the list with its keys in place. The daemon keeps
 // one: only Run's goroutine logs outcomes.
 func newOutcomeLine() *outcomeLine {
-	return &outcomeLine{kv: [22]any{
-		"msg", nil, "rcpt", nil, "to", nil, "channel", nil, "host", nil, "ta", nil,
-		"status", nil, "delay", nil, "attempts", nil, "next", nil, "text", nil,
-	}}
+	l := &outcomeLine{}
+	for f, k := range outcomeKeys {
+		l.kv[2*f] = k
+	}
+	return l
 }
 
-// same sets value i of the list to v unless it holds v already.
-func (l *outcomeLine) same(i int, cur *string, v string) {
-	if v != *cur || l.kv[i] == nil {
+// set sets field f's value.
+func (l *outcomeLine) set(f int, v any) { l.kv[2*f+1] = v }
+
+// same sets field f to v unless it holds v already.
+func (l *outcomeLine) same(f int, cur *string, v string) {
+	if v != *cur || l.kv[2*f+1] == nil {
 		*cur = v
-		l.kv[i] = v
+		l.set(f, v)
 	}
 }

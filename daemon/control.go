@@ -287,7 +287,7 @@ func (d *Daemon) command(now time.Time, req *control.Request) control.Reply {
 		}
 		return control.Listing(d.qshape(now, top))
 	case "ETRN":
-		n := d.core.Turn(now, strings.Join(req.Args, " "))
+		n := d.core.ETRN(now, strings.Join(req.Args, " "))
 		d.log.Info("etrn", append([]any{"name", arg(0), "started", n}, peerArgs(req.Peer)...)...)
 		if n > 0 {
 			return control.OK("OK; an ETRN started something.")
@@ -860,7 +860,7 @@ func (d *Daemon) Queue(now time.Time) Queue {
 			qt := QueueThread{Channel: t.Channel, Host: t.Host, State: t.State.String(),
 				Vertices: t.Vertices, Recipients: t.Recipients, Attempts: t.Attempts, Pids: []int{},
 				Window: t.Window, MaxThr: t.MaxThr, Ceiling: t.Ceiling, Confirmed: t.Confirmed, Wake: timePtr(t.Wake), Backoff: timePtr(t.Backoff),
-				Oldest: timePtr(t.Oldest), QueueOnly: t.QueueOnly, Turned: t.Turned, Held: t.Held,
+				Oldest: timePtr(t.Oldest), QueueOnly: t.QueueOnly, Turned: t.ETRN, Held: t.Held,
 				LastText: t.LastText}
 			if t.State == core.ThreadBlocked {
 				qt.Pend = t.Pend.String()

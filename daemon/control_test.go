@@ -609,14 +609,16 @@ command = ["{sink}", "-c", "smtp"]
 	}
 	counters := e.queue().Counters
 	for name, want := range map[string]float64{
-		"delivered outcomes":                     msgs * hosts,
-		"zsched_messages_arrived_total":          msgs,
-		"zsched_dispatch_latency_seconds_count":  msgs * hosts, // one job line per message × host
-		"zsched_queue_recipients":                0,
-		`zsched_threads{state="running"}`:        0,
-		`zsched_agents{state="working"}`:         0,
-		"zsched_agents_started_total":            float64(counters.Spawned),
-		`zsched_dispatch_latency_seconds_bucket`: -1,
+		"delivered outcomes":                    msgs * hosts,
+		"zsched_messages_arrived_total":         msgs,
+		"zsched_dispatch_latency_seconds_count": msgs * hosts, // one job line per message × host
+		"zsched_queue_recipients":               0,
+		`zsched_threads{state="running"}`:       0,
+		`zsched_agents{state="working"}`:        0,
+		"zsched_agents_started_total":           float64(counters.Spawned),
+		// The core's observations, counted: every job judged once.
+		`zsched_observations_total{kind="feedback"}`: msgs * hosts,
+		`zsched_dispatch_latency_seconds_bucket`:     -1,
 	} {
 		got, ok := m[name]
 		if name == "delivered outcomes" {

@@ -42,6 +42,14 @@ type Options struct {
 	// read has begun, "RELOADING=1…" and "READY=1" around a reload,
 	// "STOPPING=1" when shutdown begins.
 	Notify func(state string)
+	// OnBatch, when set, sees each batch of the core's effects and
+	// observations before the daemon carries it out, on the daemon's
+	// goroutine; it must not keep the batch (the lab measures with it).
+	OnBatch func(r *core.Ready)
+	// OnDrained, when set with Drain, is called on the daemon's goroutine
+	// when the queue drained, before the shutdown (the bench samples the
+	// process's own CPU time there, the agents still running).
+	OnDrained func()
 }
 
 // Daemon is a running scheduler.
@@ -50,10 +58,16 @@ type Daemon struct {
 	opt   Options
 	log   hclog.Logger
 	spool *ctlfile.Spool
-	core  *core.Scheduler
+	core  *core.Core
 	now   func() time.Time
-	// coreLog is the core's logger (intake.go: endStartup mutes it).
-	coreLog *mutable
+	// coreLog is the core's logger; observe.go logs its observations
+	// there too.
+	coreLog hclog.Logger
+	// quietReloads counts the daemon's own reloads (endStartup) whose
+	// Reloaded observation is still to come: not logged as the operator's.
+	quietReloads int
+	// stats are the figures of the run (stats.go).
+	stats RunStats
 	// outcomeLine is logOutcome's key/value list, reused line to line.
 	outcomeLine *outcomeLine
 
@@ -120,7 +134,7 @@ func New(cfg *config.Config, log hclog.Logger, opt Options) (*Daemon, error) {
 	}
 	d.spool.SetMaxControlSize(int64(cfg.Scheduler.MaxControlSize))
 	d.in.startup = cfg.Scheduler.StartupMaxRing > 0
-	d.coreLog = &mutable{Logger: log.Named("core")}
+	d.coreLog = log.Named("core")
 	d.core = core.New(d.coreConfig(cfg), d.coreLog, rand.New(rand.NewSource(seed)))
 	if err := d.spool.Init(); err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
@@ -175,7 +189,7 @@ func (d *Daemon) listenNotify() error {
 }
 
 // Core exposes the scheduling core (for tests and the control socket).
-func (d *Daemon) Core() *core.Scheduler { return d.core }
+func (d *Daemon) Core() *core.Core { return d.core }
 
 // Run runs the scheduler until ctx is cancelled or, with Drain, the queue
 // is empty. Shutdown ends every agent gracefully within the configured
@@ -209,9 +223,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if d.opt.Drain && d.intakeIdle() && d.core.Idle() && d.rm.idle() {
 			l := d.core.Latency()
 			c := d.core.Counters()
-			d.log.Info("queue drained", "delivered", c.Delivered, "failed", c.Failed,
-				"deferred", c.Deferred, "agents_started", c.Spawned, "dispatched", l.Count(),
-				"dispatch_p50", l.Quantile(0.5).String(), "dispatch_p99", l.Quantile(0.99).String())
+			st := &Drained{Delivered: c.Delivered, Failed: c.Failed, Deferred: c.Deferred,
+				AgentsStarted: c.Spawned, Dispatched: l.Count(), DispatchP50: l.Quantile(0.5), DispatchP99: l.Quantile(0.99)}
+			d.stats.Drained = st
+			d.log.Info("queue drained", "delivered", st.Delivered, "failed", st.Failed,
+				"deferred", st.Deferred, "agents_started", st.AgentsStarted, "dispatched", st.Dispatched,
+				"dispatch_p50", st.DispatchP50.String(), "dispatch_p99", st.DispatchP99.String())
+			if d.opt.OnDrained != nil {
+				d.opt.OnDrained()
+			}
 			return d.shutdown()
 		}
 		now := d.now()
@@ -345,21 +365,28 @@ func (d *Daemon) shutdown() error {
 // applyLog carries out only what is safe during shutdown: outcome logs, d
 // lines, messages completed by the last reports (and killed ones), and
 // re-reads of files a dead agent held (which reset its stale locks on
-// disk); no new agents, no new work.
+// disk, and are answered to the core as in apply); no new agents, no new
+// work.
 func (d *Daemon) applyLog() {
-	r := d.core.Ready()
-	d.diags(r.Diags)
-	for _, o := range r.Outcomes {
-		d.logOutcome(o)
-	}
-	for _, c := range r.Completes {
-		d.left(c.Inum)
-		d.finish(c)
-	}
-	for _, rr := range r.Rereads {
-		if _, err := d.spool.Reread(rr.Path); err != nil && !errors.Is(err, ctlfile.ErrNotFound) {
-			d.log.Warn("re-reading control file", "msg", rr.Path, "error", err)
+	for d.core.HasReady() {
+		r := d.core.Ready()
+		d.diags(r.Diags)
+		for _, o := range r.Outcomes {
+			d.logOutcome(o)
 		}
+		for _, c := range r.Completes {
+			d.left(c.Inum)
+			d.finish(c)
+		}
+		d.observed(r.Observations)
+		if d.opt.OnBatch != nil {
+			d.opt.OnBatch(&r)
+		}
+		now := d.now()
+		for _, rr := range r.Rereads {
+			d.reread(now, rr)
+		}
+		d.core.Advance()
 	}
 	clear(d.gone)
 }
@@ -374,7 +401,7 @@ func exitReason(ev agent.Event) string {
 // turn handles a ZMailer ETRN request file ("T domain ip").
 func (d *Daemon) turn(rel string, f *ctlfile.File) {
 	for _, t := range f.Turn {
-		n := d.core.Turn(d.now(), t.Domain)
+		n := d.core.ETRN(d.now(), t.Domain)
 		d.log.Info("etrn request file", "msg", rel, "domain", t.Domain, "client", t.IP, "started", n)
 	}
 	if err := d.spool.Remove(f.Files(rel)); err != nil {

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"zsched/config"
 	"zsched/core"
 	"zsched/ctlfile"
@@ -404,9 +402,12 @@ func (d *Daemon) intakeStep() {
 	if in.initial && !in.scanEnded.IsZero() && in.pending() == 0 && in.inflight == nil && len(in.ready) == 0 {
 		d.in.initial = false
 		secs := max(d.now().Sub(d.in.started).Seconds(), 1e-6)
-		d.log.Info("queue read at start", "files", d.in.firstRead,
-			"seconds", secs, "files_per_second", int(float64(d.in.firstRead)/secs),
-			"jobs_dispatched", d.core.Latency().Count())
+		st := &StartupRead{Files: d.in.firstRead, Seconds: secs,
+			FilesPerSecond: int(float64(d.in.firstRead) / secs), JobsDispatched: d.core.Latency().Count()}
+		d.stats.StartupRead = st
+		d.log.Info("queue read at start", "files", st.Files,
+			"seconds", st.Seconds, "files_per_second", st.FilesPerSecond,
+			"jobs_dispatched", st.JobsDispatched)
 	}
 	d.startupCheck(now)
 	if d.in.onStep != nil {
@@ -539,31 +540,21 @@ func (d *Daemon) startupCheck(now time.Time) {
 // endStartup opens delivery to the configured limits.
 func (d *Daemon) endStartup(now time.Time, why string) {
 	d.in.startup = false
-	// Not an operator's reload: the core's reload lines would mislead.
-	d.coreLog.mute = true
 	err := d.core.Reconfigure(now, d.cfg)
-	d.coreLog.mute = false
+	if err == nil {
+		d.quietReloads++ // observe.go
+	}
 	if err != nil {
 		// The same clauses route the same destinations: cannot happen.
 		d.log.Error("cannot lift the startup limit", "error", err)
 		return
 	}
-	d.log.Info("startup read over: delivery opens to the configured limits", "reason", why,
-		"files_read", d.in.firstRead, "seconds", now.Sub(d.in.started).Seconds(),
-		"jobs_dispatched", d.core.Latency().Count())
-}
-
-// mutable is the core's logger: the daemon mutes its informational lines
-// while it reconfigures the core itself.
-type mutable struct {
-	hclog.Logger
-	mute bool
-}
-
-func (m *mutable) Info(msg string, args ...any) {
-	if !m.mute {
-		m.Logger.Info(msg, args...)
-	}
+	st := &StartupEnd{Reason: why, FilesRead: d.in.firstRead, Seconds: now.Sub(d.in.started).Seconds(),
+		JobsDispatched: d.core.Latency().Count()}
+	d.stats.StartupEnd = st
+	d.log.Info("startup read over: delivery opens to the configured limits", "reason", st.Reason,
+		"files_read", st.FilesRead, "seconds", st.Seconds,
+		"jobs_dispatched", st.JobsDispatched)
 }
 
 // settled lowers the recipient count for an outcome that ends a recipient.

@@ -205,7 +205,7 @@ func TestIntakeWaitsOnDisk(t *testing.T) {
 	d.startScan(d.now())
 	for range 10 {
 		step(d)
-		d.core.Ready() // the agents are never started
+		discard(d.core) // the agents are never started
 	}
 	if got := d.core.Messages(); got != 5 {
 		t.Fatalf("core holds %d messages, limit 5", got)
@@ -220,7 +220,7 @@ func TestIntakeWaitsOnDisk(t *testing.T) {
 	d.cfg.Scheduler.MessageActiveLimit = msgs
 	for i := 0; i < 20 && !d.intakeIdle(); i++ {
 		step(d)
-		d.core.Ready()
+		discard(d.core)
 	}
 	if got := d.core.Messages(); got != msgs {
 		t.Errorf("core holds %d of %d messages", got, msgs)
@@ -261,7 +261,7 @@ func BenchmarkIntake(b *testing.B) {
 		d.startScan(d.now())
 		for !d.intakeIdle() {
 			step(d)
-			d.core.Ready()
+			discard(d.core)
 		}
 		if got := d.core.Messages(); got != files {
 			b.Fatalf("read %d of %d files", got, files)
@@ -302,7 +302,7 @@ func TestStartupReadHasPriority(t *testing.T) {
 	turns := 0
 	for d.in.startup {
 		step(d)
-		d.core.Ready()
+		discard(d.core)
 		turns++
 		agents, maxring := startupAgents(t, d)
 		if d.in.startup && (agents != 2 || maxring != 2) {
@@ -340,7 +340,7 @@ func TestStartupReadEndsWhenCoreFull(t *testing.T) {
 			t.Fatal("the startup read did not end")
 		}
 		step(d)
-		d.core.Ready()
+		discard(d.core)
 	}
 	if d.core.Messages() != 10 || !d.in.initial {
 		t.Fatalf("ended with %d messages in core, pass still running %v: want 10 and true", d.core.Messages(), d.in.initial)
@@ -361,7 +361,7 @@ func TestStartupReadTimeLimit(t *testing.T) {
 	d.in.max = 8
 	d.startScan(now)
 	step(d)
-	d.core.Ready()
+	discard(d.core)
 	if !d.in.startup || d.in.scan == nil {
 		t.Fatalf("after one turn: startup %v, pass running %v", d.in.startup, d.in.scan != nil)
 	}
@@ -370,7 +370,7 @@ func TestStartupReadTimeLimit(t *testing.T) {
 	}
 	now = now.Add(startupMax)
 	step(d)
-	d.core.Ready()
+	discard(d.core)
 	if d.in.startup || !d.in.initial {
 		t.Fatalf("at the time limit: startup %v, first pass running %v; want false, true", d.in.startup, d.in.initial)
 	}
@@ -387,7 +387,7 @@ func TestStartupReadReload(t *testing.T) {
 	d.in.max = 8
 	d.startScan(d.now())
 	step(d)
-	d.core.Ready()
+	discard(d.core)
 	b, err := os.ReadFile(d.cfg.File)
 	if err != nil {
 		t.Fatal(err)
@@ -406,7 +406,7 @@ func TestStartupReadReload(t *testing.T) {
 			t.Fatal("the startup read did not end")
 		}
 		step(d)
-		d.core.Ready()
+		discard(d.core)
 	}
 	if agents, maxring := startupAgents(t, d); agents != 6 || maxring != 6 {
 		t.Errorf("after the startup read: %d agents, maxring %d; want the reloaded 6 and 6", agents, maxring)

@@ -37,6 +37,8 @@ type metrics struct {
 	// every time.
 	byStatus map[string]prometheus.Counter
 	latency  prometheus.Histogram
+	// observed counts the core's observations by kind, indexed by it.
+	observed []prometheus.Counter
 	srv      *http.Server
 	ln       *capListener
 	addr     net.Addr
@@ -53,7 +55,16 @@ func (d *Daemon) startMetrics() (*metrics, error) {
 		Help:    "Time from a vertex becoming due (arrival, retry time, end of back-off, release) to its job line being written to an agent.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 22),
 	})
-	m.reg.MustRegister(m.outcomes, m.latency, &gaugeCollector{d: d})
+	obs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "zsched_observations_total",
+		Help: "What the core observed, by kind: feedback (deliveries judged), dead, revived, retry_due, ceiling_learned, ceiling_confirmed, ceiling_forgotten, transport_works, reloaded, etrn.",
+	}, []string{"kind"})
+	kinds := core.ObservedKinds()
+	m.observed = make([]prometheus.Counter, len(kinds)+1)
+	for _, k := range kinds {
+		m.observed[k] = obs.WithLabelValues(k.String())
+	}
+	m.reg.MustRegister(m.outcomes, m.latency, obs, &gaugeCollector{d: d})
 	listen := d.cfg.Scheduler.MetricsListen
 	if listen == "" {
 		return m, nil
@@ -210,6 +221,12 @@ func (m *metrics) outcome(status string) {
 		m.byStatus[status] = c
 	}
 	c.Inc()
+}
+
+func (m *metrics) observation(k core.Observed) {
+	if m != nil && int(k) < len(m.observed) && m.observed[k] != nil {
+		m.observed[k].Inc()
+	}
 }
 
 func (m *metrics) dispatched(latency time.Duration) {

@@ -27,9 +27,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"zsched/config"
+	"zsched/core"
 )
 
 // Limiter is one run of the active-limiter experiment.
@@ -215,10 +214,10 @@ order = "fifo"
 // host is the experiment's destination.
 const host = "limited.test"
 
-// meter is an hclog sink that gathers, from the scheduler's own log, the
-// window after each feedback event and the first-attempt outcome of each
-// recipient. It is safe for concurrent use: the daemon logs from its own
-// goroutine.
+// meter gathers, from the core's observations and outcomes, the window
+// after each feedback event and the first-attempt outcome of each
+// recipient. It is safe for concurrent use: the daemon hands it batches on
+// its own goroutine.
 type meter struct {
 	mu         sync.Mutex
 	windows    []float64
@@ -228,7 +227,7 @@ type meter struct {
 	done       chan struct{}   // closed when the first pass is over
 	finished   bool
 	// judged, if set, is called with the number of feedback events so
-	// far after each one (m.mu is held: it must not log).
+	// far after each one (m.mu is held).
 	judged func(n int)
 }
 
@@ -239,39 +238,43 @@ func newMeter(rcpts, deliveries int) *meter {
 	return &meter{first: make(map[string]bool), want: rcpts, deliveries: deliveries, done: make(chan struct{})}
 }
 
-// Accept implements hclog.SinkAdapter.
-func (m *meter) Accept(_ string, _ hclog.Level, msg string, args ...any) {
-	switch msg {
-	case "destination_concurrency_feedback", "outcome":
-	default:
-		return
-	}
-	kv := make(map[string]any, len(args)/2)
-	for i := 0; i+1 < len(args); i += 2 {
-		if k, ok := args[i].(string); ok {
-			kv[k] = args[i+1]
-		}
-	}
+// observe records the feedback events among os.
+func (m *meter) observe(os []core.Observation) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.finished {
-		return
-	}
-	switch msg {
-	case "destination_concurrency_feedback":
-		if w, ok := kv["window"].(int); ok {
-			m.windows = append(m.windows, float64(w))
-			if m.judged != nil {
-				m.judged(len(m.windows))
-			}
-			m.check()
-		}
-	case "outcome":
-		if a, ok := kv["attempts"].(int); !ok || a != 1 {
+	for i := range os {
+		if m.finished {
 			return
 		}
-		m.outcome(fmt.Sprint(kv["msg"], "/", kv["rcpt"]), fmt.Sprint(kv["status"]))
+		if os[i].Kind != core.ObservedFeedback {
+			continue
+		}
+		m.windows = append(m.windows, float64(os[i].Feedback.Window))
+		if m.judged != nil {
+			m.judged(len(m.windows))
+		}
+		m.check()
 	}
+}
+
+// outcomes records the first-attempt outcomes among os.
+func (m *meter) outcomes(os []core.Outcome) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, o := range os {
+		if m.finished {
+			return
+		}
+		if o.Attempts == 1 {
+			m.outcome(strconv.FormatInt(o.Inum, 10)+"/"+strconv.FormatInt(o.Offset, 10), o.Status)
+		}
+	}
+}
+
+// batch records what a batch of the daemon's core shows.
+func (m *meter) batch(r *core.Ready) {
+	m.observe(r.Observations)
+	m.outcomes(r.Outcomes)
 }
 
 // outcome records a first-attempt outcome; m.mu is held.
@@ -311,17 +314,4 @@ func (m *meter) count() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.windows)
-}
-
-// logger returns a logger whose every line, trace included, reaches m,
-// and whose lines at level or above are also written to out, if not nil.
-func (m *meter) logger(out io.Writer, level hclog.Level) hclog.Logger {
-	// The base logger is at trace so that the core logs every feedback
-	// event (it asks IsTrace); it writes nowhere, the sinks do the rest.
-	l := hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: "zsched", Output: io.Discard, Level: hclog.Trace})
-	l.RegisterSink(m)
-	if out != nil {
-		l.RegisterSink(hclog.NewSinkAdapter(&hclog.LoggerOptions{Name: "zsched", Output: out, Level: level}))
-	}
-	return l
 }

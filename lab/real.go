@@ -117,7 +117,12 @@ func (l Limiter) queue(dir, po, host string, argv ...string) (*config.Config, er
 // firstPass runs a daemon on cfg until the meter has seen every recipient's
 // first attempt, then stops it; it returns how long that took.
 func firstPass(ctx context.Context, cfg *config.Config, mt *meter, log io.Writer, seed int64) (time.Duration, error) {
-	d, err := daemon.New(cfg, mt.logger(log, hclog.Info), daemon.Options{Seed: seed})
+	out := log
+	if out == nil {
+		out = io.Discard
+	}
+	d, err := daemon.New(cfg, hclog.New(&hclog.LoggerOptions{Name: "zsched", Output: out, Level: hclog.Info}),
+		daemon.Options{Seed: seed, OnBatch: mt.batch})
 	if err != nil {
 		return 0, fmt.Errorf("lab: %w", err)
 	}

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"zsched/config"
 	"zsched/core"
 	"zsched/report"
@@ -80,8 +78,7 @@ func Sim(l Limiter) (Result, error) {
 	srv := &server{limit: func() int { return l.limitAt(m.count()) }, noise: l.Noise,
 		service: l.Service, jitter: l.Jitter, rng: rand.New(rand.NewSource(l.Seed))}
 	s := sim.New(cfg, nil, l.Seed)
-	// The core the sim made logs nowhere; this one logs to the meter.
-	s.Core = core.New(cfg, m.logger(nil, hclog.Off), rand.New(rand.NewSource(l.Seed)))
+	s.OnReady = func(r *core.Ready) { m.observe(r.Observations) }
 	s.Behavior = func(j sim.Job) sim.Response { return srv.serve(s.Now, j) }
 
 	for i := 0; i < l.Messages; i++ {
@@ -99,15 +96,8 @@ func Sim(l Limiter) (Result, error) {
 		if err := s.Err(); err != nil {
 			return res, fmt.Errorf("lab: %w", err)
 		}
-		for ; seen < len(s.Outcomes); seen++ {
-			if o := s.Outcomes[seen]; o.Attempts == 1 {
-				m.mu.Lock()
-				if !m.finished {
-					m.outcome(strconv.FormatInt(o.Inum, 10)+"/"+strconv.FormatInt(o.Offset, 10), o.Status)
-				}
-				m.mu.Unlock()
-			}
-		}
+		m.outcomes(s.Outcomes[seen:])
+		seen = len(s.Outcomes)
 	}
 	res.Elapsed = s.Now.Sub(sim.Epoch)
 	m.result(&res)

@@ -128,7 +128,7 @@ type run struct {
 	w    *Workload
 	m    Model
 	o    Options
-	core *core.Scheduler
+	core *core.Core
 	rng  *rand.Rand
 	now  time.Time
 
@@ -385,11 +385,8 @@ func (s *run) arrival(m *msg) core.Arrival {
 
 // apply carries out the core's actions.
 func (s *run) apply() {
-	for {
+	for s.core.HasReady() {
 		r := s.core.Ready()
-		if r.Empty() {
-			return
-		}
 		for _, sp := range r.Spawns {
 			a := &agent{id: sp.Agent, channel: sp.Channel, host: sp.Host, busy: true}
 			s.agents[a.id] = a
@@ -433,6 +430,7 @@ func (s *run) apply() {
 			a := s.arrival(m)
 			s.core.Reread(s.now, rr.Inum, &a)
 		}
+		s.core.Advance()
 	}
 }
 

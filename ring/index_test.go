@@ -15,7 +15,7 @@ import (
 // freed jobs alive, and the index is exact whenever it is asked.
 func TestIndexWaitsForAQuery(t *testing.T) {
 	r := New(Key{Channel: "smtp"}, false)
-	r.Configure(true, Knobs{Cost: 5, MinSlots: 3})
+	r.SetOrder(true, Preemption{Cost: 5, MinSlots: 3})
 	now := time.Unix(1_700_000_000, 0)
 	var ths []*thread.Thread
 	for h := range 10 {
@@ -41,7 +41,7 @@ func TestIndexWaitsForAQuery(t *testing.T) {
 		}
 		v.Dequeue()
 		r.Select(v)
-		Forget(v)
+		Leave(v)
 		v.Unlink()
 	}
 	js := &r.jobs

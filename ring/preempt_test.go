@@ -21,7 +21,7 @@ type world struct {
 	rng      *rand.Rand
 	now      time.Time
 	r        *ring.Ring
-	k        ring.Knobs
+	k        ring.Preemption
 	threads  []*thread.Thread
 	byHost   map[string]*thread.Thread
 	msgs     map[uint64]*vertex.Message
@@ -35,7 +35,7 @@ type world struct {
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func newWorld(t *testing.T, seed int64, hosts int, k ring.Knobs) *world {
+func newWorld(t *testing.T, seed int64, hosts int, k ring.Preemption) *world {
 	w := &world{
 		t:      t,
 		rng:    rand.New(rand.NewSource(seed)),
@@ -46,7 +46,7 @@ func newWorld(t *testing.T, seed int64, hosts int, k ring.Knobs) *world {
 		msgs:   make(map[uint64]*vertex.Message),
 		ref:    newRef(hosts, k),
 	}
-	w.r.Configure(true, k)
+	w.r.SetOrder(true, k)
 	for h := 0; h < hosts; h++ {
 		name := fmt.Sprintf("h%d", h)
 		th := thread.New(thread.Key{Channel: "smtp", Host: name}, thread.Window{Concurrency: 1, Max: 1, Initial: 1})
@@ -144,7 +144,7 @@ func (w *world) finish(i int, deferred bool, wait int) {
 }
 
 func (w *world) drop(v *vertex.Vertex) {
-	ring.Forget(v)
+	ring.Leave(v)
 	v.Dequeue()
 	v.Unlink()
 	if len(v.Msg.Vertices) == 0 {
@@ -206,7 +206,7 @@ func (w *world) check() {
 // current job and candidates are found by scanning it, and an entry is
 // open when it is ready at a host below its window.
 type ref struct {
-	k         ring.Knobs
+	k         ring.Preemption
 	nodes     []refNode
 	jobs      map[uint64]*refJob
 	busy      []int
@@ -244,7 +244,7 @@ const (
 	fed
 )
 
-func newRef(hosts int, k ring.Knobs) *ref {
+func newRef(hosts int, k ring.Preemption) *ref {
 	r := &ref{k: k, jobs: make(map[uint64]*refJob), busy: make([]int, hosts), window: make([]int, hosts)}
 	for h := range r.window {
 		r.window[h] = 1
@@ -516,12 +516,12 @@ func TestReadmeDeliverySequences(t *testing.T) {
 	// mails, slot cost 2. Waiting for all the slots gives 11112211113311;
 	// waiting for 50 % of them (discount 50, no loan) gives 11221111331111.
 	for _, c := range []struct {
-		k    ring.Knobs
+		k    ring.Preemption
 		want string
 	}{
-		{ring.Knobs{Cost: 2, MinSlots: 3}, "11112211113311"},
-		{ring.Knobs{Cost: 2, Discount: 50, MinSlots: 3}, "11221111331111"},
-		{ring.Knobs{Cost: 0}, "11111111112233"},
+		{ring.Preemption{Cost: 2, MinSlots: 3}, "11112211113311"},
+		{ring.Preemption{Cost: 2, Discount: 50, MinSlots: 3}, "11221111331111"},
+		{ring.Preemption{Cost: 0}, "11111111112233"},
 	} {
 		w := newWorld(t, 1, 14, c.k)
 		w.arrive(spread(0, 10), 0)
@@ -540,7 +540,7 @@ func TestUnreadEntriesCountAsNeeded(t *testing.T) {
 	// A two-entry job with 20 entries still on disk needs 22 slots: the
 	// ten-entry job can never accumulate them, so job 3 preempts instead
 	// and job 2 waits its turn.
-	w := newWorld(t, 1, 14, ring.Knobs{Cost: 2, MinSlots: 3})
+	w := newWorld(t, 1, 14, ring.Preemption{Cost: 2, MinSlots: 3})
 	w.arrive(spread(0, 10), 0)
 	w.arrive(spread(10, 2), 20)
 	w.arrive(spread(12, 2), 0)
@@ -552,7 +552,7 @@ func TestUnreadEntriesCountAsNeeded(t *testing.T) {
 func TestBlockedJobIsSkippedAndComesBack(t *testing.T) {
 	// Job 2's only destination is at its window: job 3 is chosen as the
 	// candidate instead, and job 2 preempts as soon as its host frees.
-	w := newWorld(t, 1, 20, ring.Knobs{Cost: 2, MinSlots: 1})
+	w := newWorld(t, 1, 20, ring.Preemption{Cost: 2, MinSlots: 1})
 	w.arrive(spread(0, 10), 0)
 	w.arrive([]int{15}, 0)
 	w.arrive([]int{16}, 0)
@@ -582,7 +582,7 @@ func TestMatchesNaiveModel(t *testing.T) {
 	moves, blocks, picks := 0, 0, 0
 	for run := 0; run < runs; run++ {
 		rng := rand.New(rand.NewSource(int64(run)))
-		k := ring.Knobs{
+		k := ring.Preemption{
 			Cost:     []int{2, 2, 3, 5}[rng.Intn(4)],
 			Loan:     []int{0, 1, 3}[rng.Intn(3)],
 			Discount: []int{0, 50, 100}[rng.Intn(3)],
@@ -696,7 +696,7 @@ func newBenchRing(vertices, hosts int) *benchRing {
 		rng:    rand.New(rand.NewSource(1)),
 		byHost: make(map[string]*thread.Thread),
 	}
-	b.r.Configure(true, ring.Knobs{Cost: 5, Loan: 3, Discount: 50, MinSlots: 3})
+	b.r.SetOrder(true, ring.Preemption{Cost: 5, Loan: 3, Discount: 50, MinSlots: 3})
 	for h := 0; h < hosts; h++ {
 		th := thread.New(thread.Key{Channel: "smtp", Host: fmt.Sprintf("h%d", h)}, thread.Window{Concurrency: 2, Max: 2, Initial: 2})
 		b.threads = append(b.threads, th)
@@ -730,7 +730,7 @@ func (b *benchRing) slot() {
 	th := b.r.Best(nil)
 	v := th.Ready.Pop()
 	b.r.Select(v)
-	ring.Forget(v)
+	ring.Leave(v)
 	v.Unlink()
 	b.r.Update(th, b.now)
 	if len(v.Msg.Vertices) == 0 {
@@ -768,7 +768,7 @@ func TestLabelsRenumberWhenAGapIsUsedUp(t *testing.T) {
 	// 2, so that every preemption halves the same gap until the labels
 	// must be renumbered. The naive model and the invariants must agree
 	// throughout.
-	w := newWorld(t, 1, 1000, ring.Knobs{Cost: 2, MinSlots: 1})
+	w := newWorld(t, 1, 1000, ring.Preemption{Cost: 2, MinSlots: 1})
 	w.window(999, 0)
 	w.arrive([]int{999}, 0)
 	w.arrive(spread(0, 300), 0)

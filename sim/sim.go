@@ -1,9 +1,10 @@
 // Package sim runs the scheduling core against simulated transport agents
-// and a fake clock: the harness for scenario tests, property tests and the
-// feedback and preemption experiments. Agents answer job lines through a
-// Behavior after a simulated service time; control files are in-memory
-// recipient tables that agents mark as real ones do. Everything is
-// deterministic for a given seed.
+// and a fake clock: the harness for scenario scripts, property tests, the
+// replay test and the feedback and preemption experiments. Agents answer
+// job lines through a Behavior after a simulated service time, or, Manual,
+// line by line as a script says; control files are in-memory recipient
+// tables that agents mark as real ones do. Format writes a batch of the
+// core's actions as text. Everything is deterministic for a given seed.
 package sim
 
 import (
@@ -52,6 +53,8 @@ type Job struct {
 	Msg   *Msg
 	Host  string
 	Rcpts []*Rcpt
+	// Reported counts the recipients a manual agent reported so far.
+	Reported int
 }
 
 // Response is an agent's answer to one job.
@@ -93,6 +96,11 @@ type Agent struct {
 	Channel string
 	Host    string
 	Jobs    []string // job lines received, in order
+	// Pending are the jobs a manual agent (Sim.Manual) was given and has
+	// not finished (#hungry) yet, oldest first; lines are the lines it
+	// must answer with #hungry, true for a job line.
+	Pending []*Job
+	lines   []bool
 	busyAt  time.Time
 	dead    bool
 	hung    bool
@@ -100,11 +108,16 @@ type Agent struct {
 
 // Sim is one simulation.
 type Sim struct {
-	Core     *core.Scheduler
+	Core     *core.Core
 	Now      time.Time
 	Behavior Behavior
 	// Check runs the core's invariant check after every event.
 	Check bool
+	// Manual, when set, makes agents do nothing by themselves: they say
+	// #hungry, report and exit when the caller says so (Hungry, Report,
+	// Line, Exit), as a scenario script drives them; job lines wait in
+	// Agent.Pending. Behavior is not used.
+	Manual bool
 	// OnReady, when set, sees each batch of the core's actions before the
 	// simulation carries it out (d lines, completions and DSN requests are
 	// the daemon's business: tests act the daemon's part there).
@@ -124,6 +137,7 @@ type Sim struct {
 	Busy     map[string]int
 	PeakBusy map[string]int
 
+	log     hclog.Logger
 	events  eventQueue
 	seq     uint64
 	nextIn  int64
@@ -139,10 +153,21 @@ type JobLine struct {
 	Host  string
 }
 
-// New returns a simulation of cfg with the given behaviour.
+// New returns a simulation of cfg with the given behaviour; the core logs
+// nowhere.
 func New(cfg *config.Config, b Behavior, seed int64) *Sim {
+	return NewLogged(cfg, b, seed, nil)
+}
+
+// NewLogged is New with the core logging to log (tests pass one that
+// writes to t.Log), also after a Restart.
+func NewLogged(cfg *config.Config, b Behavior, seed int64, log hclog.Logger) *Sim {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
 	return &Sim{
-		Core:      core.New(cfg, hclog.NewNullLogger(), rand.New(rand.NewSource(seed))),
+		log:       log,
+		Core:      core.New(cfg, log, rand.New(rand.NewSource(seed))),
 		Now:       Epoch,
 		Behavior:  b,
 		Msgs:      make(map[int64]*Msg),
@@ -259,11 +284,8 @@ func (s *Sim) post(at time.Time, agent int, line string, exit bool) {
 
 // apply carries out the core's actions.
 func (s *Sim) apply() {
-	for {
+	for s.Core.HasReady() {
 		r := s.Core.Ready()
-		if r.Empty() {
-			break
-		}
 		for _, d := range r.Diags {
 			if m := s.Msgs[d.Inum]; m != nil {
 				m.Diags = append(m.Diags, d)
@@ -276,7 +298,11 @@ func (s *Sim) apply() {
 			a := &Agent{ID: sp.Agent, Channel: sp.Channel, Host: sp.Host}
 			s.Agents[a.ID] = a
 			s.PeakAgents = max(s.PeakAgents, len(s.Agents))
-			s.post(s.Now, a.ID, "#hungry", false)
+			if s.Manual {
+				a.lines = append(a.lines, false)
+			} else {
+				s.post(s.Now, a.ID, "#hungry", false)
+			}
 		}
 		for _, w := range r.Writes {
 			s.write(s.Agents[w.Agent], w.Line)
@@ -328,6 +354,7 @@ func (s *Sim) apply() {
 			a := s.arrival(m)
 			s.Core.Reread(s.Now, rr.Inum, &a)
 		}
+		s.Core.Advance()
 	}
 	if s.Check {
 		if err := s.Core.Check(s.Now); err != nil {
@@ -348,7 +375,11 @@ func (s *Sim) write(a *Agent, line string) {
 	}
 	if line == "#idle" {
 		a.busyAt = start
-		s.post(start, a.ID, "#hungry", false)
+		if s.Manual {
+			a.lines = append(a.lines, false)
+		} else {
+			s.post(start, a.ID, "#hungry", false)
+		}
 		return
 	}
 	path, host, _ := strings.Cut(line, "\t")
@@ -367,6 +398,11 @@ func (s *Sim) write(a *Agent, line string) {
 				j.Rcpts = append(j.Rcpts, r)
 			}
 		}
+	}
+	if s.Manual {
+		a.Pending = append(a.Pending, &j)
+		a.lines = append(a.lines, true)
+		return
 	}
 	if len(j.Rcpts) == 0 {
 		s.post(start, a.ID, "#resync "+path, false)
@@ -390,11 +426,31 @@ func (s *Sim) write(a *Agent, line string) {
 	}
 	s.Busy[host]++
 	s.PeakBusy[host] = max(s.PeakBusy[host], s.Busy[host])
+	for _, l := range mark(j, resp) {
+		s.post(done, a.ID, l, false)
+	}
+	s.post(done, a.ID, "\x00done "+host, false)
+	switch {
+	case resp.Hang:
+		a.hung = true
+	case resp.Crash:
+		a.dead = true
+		s.post(done, a.ID, "", true)
+	default:
+		unlock(j)
+		s.post(done, a.ID, "#hungry", false)
+	}
+}
+
+// mark marks the recipients of j as resp says, as an agent marks the
+// control file, and returns the report lines it writes.
+func mark(j Job, resp Response) []string {
+	var lines []string
 	for i, r := range j.Rcpts {
 		if i >= len(resp.Status) {
 			break
 		}
-		l := report.Line{Inum: m.Inum, Offset: r.Offset, Status: resp.Status[i], Retry: resp.Retry, Text: resp.Text}
+		l := report.Line{Inum: j.Msg.Inum, Offset: r.Offset, Status: resp.Status[i], Retry: resp.Retry, Text: resp.Text}
 		if !resp.Notary.IsZero() {
 			l.Notary = resp.Notary
 			l.Notary.Recipient = r.User
@@ -410,23 +466,84 @@ func (s *Sim) write(a *Agent, line string) {
 		default:
 			r.Status = ' '
 		}
-		s.post(done, a.ID, l.String(), false)
+		lines = append(lines, l.String())
 	}
-	s.post(done, a.ID, "\x00done "+host, false)
-	switch {
-	case resp.Hang:
-		a.hung = true
-	case resp.Crash:
-		a.dead = true
-		s.post(done, a.ID, "", true)
-	default:
-		for _, r := range j.Rcpts {
-			if r.Status == '~' {
-				r.Status = ' ' // unreported: the agent unlocks, as libta does
-			}
+	return lines
+}
+
+// unlock unlocks the recipients of j left unreported, as libta does.
+func unlock(j Job) {
+	for _, r := range j.Rcpts {
+		if r.Status == '~' {
+			r.Status = ' '
 		}
-		s.post(done, a.ID, "#hungry", false)
 	}
+}
+
+// Line has agent id write line now (a manual agent: Manual).
+func (s *Sim) Line(id int, line string) error {
+	if a := s.Agents[id]; a == nil || a.dead {
+		return fmt.Errorf("sim: agent %d is not running", id)
+	}
+	s.Core.AgentLine(s.Now, id, line)
+	s.apply()
+	return nil
+}
+
+// Hungry has agent id say #hungry now. A manual agent that was working on
+// a job has finished it: the recipients it did not report are unlocked, as
+// libta does.
+func (s *Sim) Hungry(id int) error {
+	if a := s.Agents[id]; a != nil && len(a.lines) > 0 {
+		if a.lines[0] && len(a.Pending) > 0 {
+			unlock(*a.Pending[0])
+			a.Pending = a.Pending[1:]
+		}
+		a.lines = a.lines[1:]
+	}
+	return s.Line(id, "#hungry")
+}
+
+// Report has manual agent id report on the next recipients of the oldest
+// job it holds, one per status in resp.Status, or say #resync when the job
+// matched no recipient. The job lasts until the agent says #hungry. It
+// returns an error when the agent holds no job.
+func (s *Sim) Report(id int, resp Response) error {
+	a := s.Agents[id]
+	if a == nil || len(a.Pending) == 0 {
+		return fmt.Errorf("sim: agent %d holds no job", id)
+	}
+	j := a.Pending[0]
+	if len(j.Rcpts) == 0 {
+		path := ""
+		if j.Msg != nil {
+			path = j.Msg.Path
+		}
+		return s.Line(id, "#resync "+path)
+	}
+	rest := *j
+	rest.Rcpts = j.Rcpts[min(j.Reported, len(j.Rcpts)):]
+	j.Reported += min(len(resp.Status), len(rest.Rcpts))
+	for _, l := range mark(rest, resp) {
+		if err := s.Line(id, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Exit has agent id's process exit now, holding what it holds: its locks
+// stay until the core's re-read resets them.
+func (s *Sim) Exit(id int) error {
+	a := s.Agents[id]
+	if a == nil {
+		return fmt.Errorf("sim: agent %d is not running", id)
+	}
+	a.dead = true
+	delete(s.Agents, id)
+	s.Core.AgentExited(s.Now, id, "simulated exit")
+	s.apply()
+	return nil
 }
 
 // Step handles the next event or timer; it returns false when nothing is
@@ -544,8 +661,16 @@ func (s *Sim) Do(f func(now time.Time)) {
 // core (cfg, seed) reads every message with pending recipients again, with
 // its original arrival time, in arrival order. A message whose d lines
 // include a delay warning arrives as warned, as the daemon reads it.
-func (s *Sim) Restart(cfg *config.Config, seed int64) {
-	s.Core = core.New(cfg, hclog.NewNullLogger(), rand.New(rand.NewSource(seed)))
+func (s *Sim) Restart(cfg *config.Config, seed int64) { s.RestartFrom(cfg, seed, nil) }
+
+// RestartFrom is Restart with the destination state the old core had
+// learned (Destinations) given to the new one before it reads the queue,
+// as the daemon does with its state file.
+func (s *Sim) RestartFrom(cfg *config.Config, seed int64, learned []core.Destination) {
+	s.Core = core.New(cfg, s.log, rand.New(rand.NewSource(seed)))
+	if len(learned) > 0 {
+		s.Core.Learn(s.Now, learned)
+	}
 	s.events = nil
 	s.Agents = make(map[int]*Agent)
 	clear(s.Busy)

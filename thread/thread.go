@@ -1,7 +1,10 @@
 // Package thread owns one destination: all vertices with the same
 // (clause, channel, host), the order they are fed in, their retry times, the
-// thread's own back-off after site failures, and its concurrency window
-// (Postfix 2.5 feedback). Pure: time arrives as an argument, randomness as a
+// thread's own back-off after site failures, its concurrency window
+// (Postfix 2.5 feedback) and the tally of its recipients for the operator
+// views; and the heaps of threads (Heap): the core's agenda by wake time and
+// each ring's threads by their best vertex, whose places in a thread only
+// Heap writes. Pure: time arrives as an argument, randomness as a
 // *rand.Rand, and nothing here performs I/O.
 package thread
 
@@ -23,11 +26,11 @@ type Thread struct {
 	Ready vertex.Heap
 	// Waiting holds vertices whose own retry time is in the future.
 	Waiting vertex.Heap
-	// Vertices counts every vertex of the thread: ready, waiting or fed.
-	Vertices int
-	// Tally counts their pending recipients by arrival, for the operator
-	// views (the core keeps it: core/ops.go).
-	Tally Tally
+	// vertices counts every vertex of the thread: ready, waiting or fed;
+	// tally their pending recipients by arrival, for the operator views.
+	// Join, Leave and Drop keep both.
+	vertices int
+	tally    Tally
 
 	Busy   int // agents attached
 	Window Window
@@ -43,27 +46,70 @@ type Thread struct {
 	LastText     string
 
 	QueueOnly bool // starts only by ETRN
-	Turned    bool // an ETRN has released a queueonly thread
+	ETRN      bool // an ETRN released the queueonly thread: it runs until nothing is due
 	Held      bool // operator hold
 
-	// Wake is the time the scheduler's timer heap holds the thread for;
-	// zero when it is not in that heap.
-	Wake      time.Time
-	WakeIndex int // position in the scheduler's timer heap, -1 when none
-	RingIndex int // position in its ring's wanting heap, -1 when none
+	// wake is the time the core's agenda (a ByWake heap) holds the thread
+	// for, zero when none; index its place in a heap of each order, -1
+	// when none. Only Heap writes them.
+	wake  time.Time
+	index [numOrders]int
 }
 
 // New returns an empty thread.
 func New(k Key, w Window) *Thread {
-	return &Thread{
-		Key:       k,
-		Ready:     vertex.NewHeap(vertex.ByRankOrder),
-		Waiting:   vertex.NewHeap(vertex.ByTimeOrder),
-		Window:    w,
-		WakeIndex: -1,
-		RingIndex: -1,
+	t := &Thread{
+		Key:     k,
+		Ready:   vertex.NewHeap(vertex.ByRankOrder),
+		Waiting: vertex.NewHeap(vertex.ByTimeOrder),
+		Window:  w,
 	}
+	for i := range t.index {
+		t.index[i] = -1
+	}
+	return t
 }
+
+// Wake returns the time the agenda holds the thread for; zero when it is
+// not on the agenda.
+func (t *Thread) Wake() time.Time { return t.wake }
+
+// Join counts a vertex placed in the thread, with its recipients.
+func (t *Thread) Join(v *vertex.Vertex) {
+	t.vertices++
+	t.tally.Add(v.Msg.Arrival, len(v.Rcpts))
+}
+
+// Leave un-counts a vertex that leaves the thread, with the recipients it
+// still holds.
+func (t *Thread) Leave(v *vertex.Vertex) {
+	t.vertices--
+	t.tally.Remove(v.Msg.Arrival, len(v.Rcpts))
+}
+
+// Drop un-counts n of v's recipients, which leave v (delivered, failed,
+// expired, gone from the file, or dropped with their message) while v
+// stays counted.
+func (t *Thread) Drop(v *vertex.Vertex, n int) { t.tally.Remove(v.Msg.Arrival, n) }
+
+// Vertices returns the number of vertices of the thread: ready, waiting or
+// fed.
+func (t *Thread) Vertices() int { return t.vertices }
+
+// Recipients returns the number of pending recipients of the thread.
+func (t *Thread) Recipients() int { return t.tally.Recipients }
+
+// Oldest returns the arrival second of the oldest message with a pending
+// recipient in the thread, zero when none has an arrival time.
+func (t *Thread) Oldest() time.Time { return t.tally.Oldest() }
+
+// EachArrival calls fn for every arrival second with pending recipients,
+// in no particular order (for sums).
+func (t *Thread) EachArrival(fn func(arrival time.Time, rcpts int)) { t.tally.Each(fn) }
+
+// CheckTally compares the thread's counts with a recount of its
+// recipients from the vertices.
+func (t *Thread) CheckTally(recount *Tally) error { return t.tally.Equal(recount) }
 
 // BackingOff reports whether the thread waits out a site-failure back-off.
 func (t *Thread) BackingOff(now time.Time) bool { return now.Before(t.BackoffUntil) }
@@ -71,7 +117,7 @@ func (t *Thread) BackingOff(now time.Time) bool { return now.Before(t.BackoffUnt
 // Startable reports whether nothing but an agent keeps the thread from
 // being fed at now.
 func (t *Thread) Startable(now time.Time) bool {
-	if t.Held || (t.QueueOnly && !t.Turned) || t.BackingOff(now) {
+	if t.Held || (t.QueueOnly && !t.ETRN) || t.BackingOff(now) {
 		return false
 	}
 	return t.Ready.Len() > 0
@@ -124,10 +170,7 @@ func (t *Thread) Add(v *vertex.Vertex, now time.Time) {
 	}
 }
 
-// Take removes v from whichever heap of t holds it.
-func (t *Thread) Take(v *vertex.Vertex) { v.Dequeue() }
-
-// Check verifies the thread's two heaps (vertex.Heap.Check).
+// Check verifies the thread's two vertex heaps (vertex.Heap.Check).
 func (t *Thread) Check() error {
 	if err := t.Ready.Check(); err != nil {
 		return err

@@ -70,7 +70,7 @@ type Vertex struct {
 	SiteFailed bool
 	// Resynced is set when the agent of the current attempt sent #resync.
 	Resynced bool
-	JobFed   bool // see Job
+	jobFed   bool // see job
 	inRun    bool // index is a place in its heap's run (heap.go)
 
 	// *Dest is the vertex's destination, shared with its thread (the
@@ -78,10 +78,11 @@ type Vertex struct {
 	// one per vertex. Only the core re-points it.
 	*Dest
 
-	// Job is package ring's record of the ring job that counts the vertex
-	// (a *ring.Job), nil when none; JobFed says that job counts it as fed
-	// rather than queued. Only package ring reads or writes them.
-	Job any
+	// job is package ring's record of the ring job that counts the vertex
+	// (a *ring.Job), nil when none; jobFed says that job counts it as fed
+	// rather than queued. Only package ring reads or writes them (Job,
+	// SetJob).
+	job any
 
 	// due is, in Unix nanoseconds (0 = none), the instant from which the
 	// vertex is due: while it waits, its own retry time (NotBefore); once
@@ -113,6 +114,16 @@ type Vertex struct {
 	// second cache miss when the vertex is fed and reported.
 	one [1]Rcpt
 }
+
+// Job returns package ring's record of the ring job that counts v (a
+// *ring.Job), nil when none, and whether that job counts v as fed rather
+// than queued. It is ring's back-pointer: no other package has a use for
+// it (the core asks ring.JobOf).
+func (v *Vertex) Job() (job any, fed bool) { return v.job, v.jobFed }
+
+// SetJob records the ring job that counts v and whether it counts v as
+// fed. Only package ring calls it (a test checks that no other does).
+func (v *Vertex) SetJob(job any, fed bool) { v.job, v.jobFed = job, fed }
 
 // Due returns the instant from which v is due: its own retry time while
 // it waits (zero or past = due now), the time it became due once ready.

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -121,7 +120,8 @@ nice = %d
 			return err
 		}
 	}
-	runArgs := []string{"run", "-drain", "-config", cfgPath}
+	statsPath := filepath.Join(dir, "stats.json")
+	runArgs := []string{"run", "-drain", "-config", cfgPath, "-stats", statsPath}
 	if *cpuprofile != "" {
 		runArgs = append(runArgs, "-cpuprofile", *cpuprofile)
 	}
@@ -140,33 +140,23 @@ nice = %d
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	var summary, startup, lifted string
-	var selfCPU float64 = -1
-	var selfRSS int64 = -1
-	sc := bufio.NewScanner(pipe)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.Contains(line, "queue drained"):
-			summary = line
-			// The agents are still running; what the scheduler used
-			// so far is its own.
-			selfCPU, selfRSS = procUsage(cmd.Process.Pid)
-		case strings.Contains(line, "queue read at start"):
-			startup = line
-		case strings.Contains(line, "startup read over"):
-			lifted = line
-		}
-		logw.WriteString(line)
-		logw.WriteByte('\n')
-	}
+	// The log is kept for reading, never parsed: the figures come from
+	// the run's -stats file.
+	_, cerr := io.Copy(logw, pipe)
 	werr := cmd.Wait()
 	wall := time.Since(start)
 	logw.Flush()
 	if werr != nil {
 		return fmt.Errorf("bench: scheduler: %w (log: %s)", werr, logFile.Name())
 	}
+	if cerr != nil {
+		return fmt.Errorf("bench: scheduler's log: %w", cerr)
+	}
+	st, err := readStats(statsPath)
+	if err != nil {
+		return fmt.Errorf("bench: %w (a scheduler without run -stats?)", err)
+	}
+	selfCPU, selfRSS := st.Self.CPUSeconds, st.Self.PeakRSSKiB
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 	fmt.Fprintf(stdout, "drain: %d recipients in %.2fs wall: %.0f recipients/s\n", total, wall.Seconds(), float64(total)/wall.Seconds())
@@ -182,17 +172,19 @@ nice = %d
 		fmt.Fprintf(stdout, " (scheduler alone %d MiB)", selfRSS/1024)
 	}
 	fmt.Fprintln(stdout)
-	if startup != "" {
-		fmt.Fprintf(stdout, "startup: %s control files read in %ss (%s files/s); %s job lines dispatched by then\n",
-			field(startup, "files"), field(startup, "seconds"), field(startup, "files_per_second"), field(startup, "jobs_dispatched"))
+	if s := st.StartupRead; s != nil {
+		fmt.Fprintf(stdout, "startup: %d control files read in %vs (%d files/s); %d job lines dispatched by then\n",
+			s.Files, s.Seconds, s.FilesPerSecond, s.JobsDispatched)
 	}
-	if lifted != "" {
+	if s := st.StartupEnd; s != nil {
 		// startup_maxring held delivery back until then (daemon/intake.go).
-		fmt.Fprintf(stdout, "startup limit: agents per ring at most startup_maxring until %ss (%s); %s job lines dispatched by then\n",
-			field(lifted, "seconds"), field(lifted, "reason"), field(lifted, "jobs_dispatched"))
+		fmt.Fprintf(stdout, "startup limit: agents per ring at most startup_maxring until %vs (%s); %d job lines dispatched by then\n",
+			s.Seconds, s.Reason, s.JobsDispatched)
 	}
-	fmt.Fprintf(stdout, "dispatch latency (due → job line written): p50 %s, p99 %s; delivered %s, agents started %s\n",
-		field(summary, "dispatch_p50"), field(summary, "dispatch_p99"), field(summary, "delivered"), field(summary, "agents_started"))
+	if s := st.Drained; s != nil {
+		fmt.Fprintf(stdout, "dispatch latency (due → job line written): p50 %s, p99 %s; delivered %d, agents started %d\n",
+			s.DispatchP50, s.DispatchP99, s.Delivered, s.AgentsStarted)
+	}
 	if *keep {
 		fmt.Fprintf(stdout, "kept: %s\n", dir)
 	}
@@ -260,18 +252,6 @@ func procUsage(pid int) (cpu float64, rssKiB int64) {
 		}
 	}
 	return cpu, rssKiB
-}
-
-// field returns the value of key=value in a log line (hclog quotes a value
-// with blanks: key="a b"), "?" if absent.
-func field(line, key string) string {
-	if m := regexp.MustCompile(`\b` + key + `=("[^"]*"|\S+)`).FindStringSubmatch(line); m != nil {
-		if v, err := strconv.Unquote(m[1]); err == nil {
-			return v
-		}
-		return m[1]
-	}
-	return "?"
 }
 
 // findSink looks for the sink agent where `make build` puts it.

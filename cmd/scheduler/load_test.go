@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -647,4 +648,13 @@ func (p phaseStats) summaries() []string {
 			r(p.quantile(k, 0.5)), r(p.quantile(k, 0.99)), r(p.quantile(k, 1))))
 	}
 	return out
+}
+
+// field returns the value of key=value in a log line (hclog quotes a value
+// with spaces), "" if absent: the test only shows it.
+func field(line, key string) string {
+	if m := regexp.MustCompile(`\b` + key + `=("[^"]*"|\S+)`).FindStringSubmatch(line); m != nil {
+		return strings.Trim(m[1], `"`)
+	}
+	return ""
 }

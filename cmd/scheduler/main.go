@@ -345,6 +345,7 @@ func cmdRun(args []string, _ io.Reader, _, stderr io.Writer) error {
 	create := fs.Bool("create", false, "make the postoffice if it does not exist (as scheduler init)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to `file`")
 	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on `addr`, a loopback address (e.g. 127.0.0.1:6060)")
+	statsPath := fs.String("stats", "", "write the run's figures (startup read, drain, the scheduler's own CPU and memory when it drained) to `file` as JSON at exit (the bench reads them)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -393,9 +394,22 @@ func cmdRun(args []string, _ io.Reader, _, stderr io.Writer) error {
 			return err
 		}
 	}
-	d, err := daemon.New(cfg, log, daemon.Options{Drain: *drain, Notify: sdNotifier(log)})
+	var self selfUsage
+	opt := daemon.Options{Drain: *drain, Notify: sdNotifier(log)}
+	if *statsPath != "" {
+		// The agents still run: what the process used so far is its own.
+		opt.OnDrained = func() { self.CPUSeconds, self.PeakRSSKiB = procUsage(os.Getpid()) }
+	}
+	d, err := daemon.New(cfg, log, opt)
 	if err != nil {
 		return err
+	}
+	if *statsPath != "" {
+		defer func() {
+			if err := writeStats(*statsPath, runStats{RunStats: d.Stats(), Self: self}); err != nil {
+				log.Error("cannot write the run's figures", "error", err)
+			}
+		}()
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)

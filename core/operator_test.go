@@ -173,12 +173,12 @@ queueonly = true
 		return hs
 	}
 	var n int
-	s.Do(func(now time.Time) { n = s.Core.Turn(now, "SUB.x.test 192.0.2.1") })
+	s.Do(func(now time.Time) { n = s.Core.ETRN(now, "SUB.x.test 192.0.2.1") })
 	run(t, s, 2*time.Minute)
 	if n != 1 || fmt.Sprint(fed()) != "[sub.x.test]" {
 		t.Fatalf("ETRN sub.x.test started %d, fed %v; want exactly sub.x.test", n, fed())
 	}
-	s.Do(func(now time.Time) { n = s.Core.Turn(now, "@x.test") })
+	s.Do(func(now time.Time) { n = s.Core.ETRN(now, "@x.test") })
 	run(t, s, 3*time.Minute)
 	if want := "[deep.sub.x.test sub.x.test x.test]"; n != 2 || fmt.Sprint(fed()) != want {
 		t.Fatalf("ETRN @x.test started %d, fed %v; want 2 more: %s", n, fed(), want)
@@ -186,13 +186,13 @@ queueonly = true
 	if got := s.Core.Messages(); got != 3 {
 		t.Fatalf("%d messages left, want the 3 of y.test, notx.test, x.test.example", got)
 	}
-	s.Do(func(now time.Time) { n = s.Core.Turn(now, "nothing.test") })
+	s.Do(func(now time.Time) { n = s.Core.ETRN(now, "nothing.test") })
 	if n != 0 {
 		t.Fatalf("ETRN of an unknown host started %d threads", n)
 	}
 }
 
-func TestTurnedThreadWaitsForTheNextETRNAfterDeferring(t *testing.T) {
+func TestETRNRunWaitsForTheNextETRNAfterDeferring(t *testing.T) {
 	tries := 0
 	s := sim.New(cfg(t, `
 [[clause]]
@@ -209,12 +209,12 @@ retries = [1]
 		return sim.Sink(j)
 	}, 1)
 	s.Enqueue("smtp/x.test/u")
-	s.Do(func(now time.Time) { s.Core.Turn(now, "x.test") })
+	s.Do(func(now time.Time) { s.Core.ETRN(now, "x.test") })
 	run(t, s, time.Hour)
 	if tries != 1 || s.Core.Messages() != 1 {
 		t.Fatalf("%d attempts, %d messages: a deferral must wait for the next ETRN", tries, s.Core.Messages())
 	}
-	s.Do(func(now time.Time) { s.Core.Turn(now, "x.test") })
+	s.Do(func(now time.Time) { s.Core.ETRN(now, "x.test") })
 	run(t, s, 2*time.Hour)
 	if tries != 2 || s.Core.Messages() != 0 {
 		t.Fatalf("%d attempts, %d messages after the second ETRN, want 2 and 0", tries, s.Core.Messages())

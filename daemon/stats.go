@@ -1,0 +1,44 @@
+package daemon
+
+import "time"
+
+// RunStats are a run's figures that the log lines "queue read at start",
+// "startup read over" and "queue drained" show, kept as data for the
+// bench (scheduler run -stats), so that nothing parses the log. A part is
+// nil until its moment came.
+type RunStats struct {
+	StartupRead *StartupRead `json:"startup_read,omitempty"`
+	StartupEnd  *StartupEnd  `json:"startup_end,omitempty"`
+	Drained     *Drained     `json:"drained,omitempty"`
+}
+
+// StartupRead is the first pass over the queue at start.
+type StartupRead struct {
+	Files          int     `json:"files"`
+	Seconds        float64 `json:"seconds"`
+	FilesPerSecond int     `json:"files_per_second"`
+	JobsDispatched uint64  `json:"jobs_dispatched"` // by the end of the pass
+}
+
+// StartupEnd is when delivery opened to the configured limits.
+type StartupEnd struct {
+	Reason         string  `json:"reason"`
+	FilesRead      int     `json:"files_read"`
+	Seconds        float64 `json:"seconds"`
+	JobsDispatched uint64  `json:"jobs_dispatched"`
+}
+
+// Drained is the end of a -drain run.
+type Drained struct {
+	Delivered     int64         `json:"delivered"`
+	Failed        int64         `json:"failed"`
+	Deferred      int64         `json:"deferred"`
+	AgentsStarted int64         `json:"agents_started"`
+	Dispatched    uint64        `json:"dispatched"`
+	DispatchP50   time.Duration `json:"dispatch_p50_ns"`
+	DispatchP99   time.Duration `json:"dispatch_p99_ns"`
+}
+
+// Stats returns the run's figures so far. Call it after Run returned (or
+// from OnDrained).
+func (d *Daemon) Stats() RunStats { return d.stats }
