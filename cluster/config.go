@@ -24,7 +24,8 @@
 //	# one Redis. Default "zsched:".
 //	prefix = "zsched:"
 //
-// Not read by config/ yet: FromTable is the hook (see its comment).
+// Package config reads the table through FromTable (config imports this
+// package, so this one imports nothing of zsched's).
 package cluster
 
 import (
@@ -36,8 +37,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"zsched/config"
 )
 
 // Config is the [cluster] table.
@@ -86,14 +85,9 @@ var keys = []string{"redis", "password_file", "node", "lease", "prefix"}
 // FromTable reads a decoded [cluster] table (the map BurntSushi/toml gives
 // for it). dir resolves a relative password_file (scheduler.toml's
 // directory). Its errors are *KeyError values joined in the keys' order;
-// the hook in config/ is one case in its top-level key switch:
-//
-//	case "cluster":
-//		m, ok := v.(map[string]any) // else "must be a table ([cluster])"
-//		cc, err := cluster.FromTable(m, p.dir)
-//		for each *cluster.KeyError ke in err (errors.As over the join):
-//			p.errorf(line of "cluster."+ke.Key, "cluster."+ke.Key, "%v", ke.Err)
-//		c.Cluster = &cc // nil when the table is absent: nothing shared
+// package config reports each at its key's line. lease is a string
+// time.ParseDuration reads, an integer of seconds, or a time.Duration
+// (config hands it so, parsed in scheduler.toml's duration syntax).
 func FromTable(m map[string]any, dir string) (Config, error) {
 	c := Default()
 	var errs []error
@@ -127,11 +121,13 @@ func FromTable(m map[string]any, dir string) (Config, error) {
 	if v, ok := m["lease"]; ok {
 		switch t := v.(type) {
 		case string:
-			d, err := config.ParseDuration(t)
+			d, err := time.ParseDuration(t)
 			if err != nil {
-				fail("lease", err)
+				fail("lease", fmt.Errorf("invalid duration %q", t))
 			}
-			c.Lease = d.D()
+			c.Lease = d
+		case time.Duration:
+			c.Lease = t
 		case int64:
 			c.Lease = time.Duration(t) * time.Second
 		default:

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"zsched/cluster"
 )
 
 // Scheduler is the [scheduler] table: settings of the whole daemon.
@@ -85,6 +87,10 @@ type Config struct {
 	Defaults  Clause   // built-in defaults overlaid by the file's [defaults]
 	Clauses   []Clause // in file order, each overlaid on Defaults
 	File      string   // the file it was loaded from
+	// Cluster is the [cluster] table: the nodes sharing each
+	// destination's window (package window, cluster/redisbook). nil
+	// without the table: nothing is shared.
+	Cluster *cluster.Config
 
 	sel []selector // Match's lowercased patterns, built by Parse
 
@@ -115,6 +121,16 @@ func (c *Config) Errorf(i int, key, format string, args ...any) *Error {
 		} else if n, ok := c.lines.table("defaults").keys[key]; ok {
 			e.Line, e.Key = n, "defaults."+key
 		}
+	}
+	return e
+}
+
+// ClusterErrorf returns an error at the line where the [cluster] key is
+// written (the table's header when it is not), for checks after Parse.
+func (c *Config) ClusterErrorf(key, format string, args ...any) *Error {
+	e := &Error{File: c.File, Key: "cluster." + key, Msg: fmt.Sprintf(format, args...)}
+	if c.lines != nil {
+		e.Line = c.lines.table("cluster").line(key)
 	}
 	return e
 }

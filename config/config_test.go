@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"zsched/cluster"
 	"zsched/internal/need"
 )
 
@@ -246,6 +247,32 @@ command = "x"
 [[clause]]
 select = = "x" #<-
 `, "", "expected value"},
+		{"cluster: bad scheme", head + `
+[cluster]
+node = "mx1"
+redis = "http://127.0.0.1:6379" #<-
+`, "cluster.redis", "want redis:// or rediss://"},
+		{"cluster: no redis", head + `
+[cluster] #<-
+node = "mx1"
+`, "cluster.redis", "required"},
+		{"cluster: bad lease", head + `
+[cluster]
+redis = "redis://127.0.0.1:6379"
+lease = "30x" #<-
+`, "cluster.lease", "invalid duration"},
+		{"cluster: short lease", head + `
+[cluster]
+redis = "redis://127.0.0.1:6379"
+lease = "1s" #<-
+`, "cluster.lease", "at least 3s"},
+		{"cluster: unknown key", head + `
+[cluster]
+redis = "redis://127.0.0.1:6379"
+leases = "1m" #<-
+`, "cluster.leases", "unknown key"},
+		{"cluster: not a table", `cluster = 1 #<-
+` + head, "cluster", "must be a table"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -500,6 +527,38 @@ command = "mailbox"
 
 	if _, err := Load(filepath.Join(dir, "missing.toml")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Load(missing) = %v", err)
+	}
+}
+
+// TestCluster: the [cluster] table reaches Config.Cluster with its
+// defaults, the lease in scheduler.toml's duration syntax and a relative
+// password file resolved; without the table nothing is shared.
+func TestCluster(t *testing.T) {
+	if c := mustParse(t, head); c.Cluster != nil {
+		t.Fatalf("no [cluster]: %+v", c.Cluster)
+	}
+	c, err := Parse("/etc/zsched/scheduler.toml", []byte(head+`
+[cluster]
+redis = "rediss://user@redis.example:6380/2"
+password_file = "redis.secret"
+node = "mx1"
+lease = "1d"
+prefix = "mail:"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cluster.Config{Redis: "rediss://user@redis.example:6380/2", PasswordFile: "/etc/zsched/redis.secret",
+		Node: "mx1", Lease: 24 * time.Hour, Prefix: "mail:"}
+	if c.Cluster == nil || *c.Cluster != want {
+		t.Fatalf("got %+v\nwant %+v", c.Cluster, want)
+	}
+	c = mustParse(t, head+"[cluster]\nredis = \"redis://127.0.0.1:6379/0\"\n")
+	if d := cluster.Default(); c.Cluster.Node != d.Node || c.Cluster.Lease != cluster.DefaultLease || c.Cluster.Prefix != cluster.DefaultPrefix {
+		t.Fatalf("defaults: %+v", c.Cluster)
+	}
+	if e := c.ClusterErrorf("lease", "x"); e.Key != "cluster.lease" || e.Line != 3 { // no lease: the header's line
+		t.Errorf("ClusterErrorf: %+v", e)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"zsched/cluster"
 )
 
 // Load reads and parses the file at path. Relative paths inside it (postoffice,
@@ -82,7 +85,7 @@ func parse(name, dir string, data []byte) (*Config, error) {
 
 	for _, key := range sortedKeys(raw) {
 		switch key {
-		case "scheduler", "defaults", "clause":
+		case "scheduler", "defaults", "clause", "cluster":
 		default:
 			p.errorf(p.lines.top(key), key, "unknown key%s", hint("", key))
 		}
@@ -123,6 +126,14 @@ func parse(name, dir string, data []byte) (*Config, error) {
 			c.Clauses = append(c.Clauses, cl)
 			c.clauseLines = append(c.clauseLines, tl)
 			c.sel = append(c.sel, newSelector(cl.Select))
+		}
+	}
+
+	if v, ok := raw["cluster"]; ok {
+		if m, ok := v.(map[string]any); ok {
+			c.Cluster = p.cluster(m, p.lines.table("cluster"))
+		} else {
+			p.errorf(p.lines.top("cluster"), "cluster", "must be a table ([cluster]), not %s", tomlType(v))
 		}
 	}
 
@@ -260,6 +271,53 @@ func checkListen(addr string) (loopback bool, err error) {
 		return false, nil // a name or the empty (all interfaces) host
 	}
 	return ip.IsLoopback(), nil
+}
+
+// --- [cluster] ---
+
+// cluster reads the [cluster] table through cluster.FromTable (which owns
+// its keys and rules), the lease in scheduler.toml's duration syntax, and
+// reports each error at its key's line.
+func (p *parser) cluster(m map[string]any, tl *tableLines) *cluster.Config {
+	m = maps.Clone(m)
+	if s, ok := m["lease"].(string); ok {
+		d, err := ParseDuration(s)
+		if err != nil {
+			p.fail(tl.line("lease"), "cluster.lease", err)
+			delete(m, "lease")
+		} else {
+			m["lease"] = d.D()
+		}
+	}
+	cc, err := cluster.FromTable(m, p.dir)
+	for _, e := range flatten(err) {
+		var ke *cluster.KeyError
+		if !errors.As(e, &ke) {
+			p.errorf(tl.header, "cluster", "%v", e)
+			continue
+		}
+		if ke.Key == "" {
+			p.errorf(tl.header, "cluster", "%v", ke.Err)
+			continue
+		}
+		p.errorf(tl.line(ke.Key), "cluster."+ke.Key, "%v", ke.Err)
+	}
+	return &cc
+}
+
+// flatten lists the errors joined in err.
+func flatten(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
 }
 
 // --- clauses and [defaults] ---

@@ -58,6 +58,7 @@ func Check(c *config.Config, opt Options) Result {
 	}
 	ch.sockets()
 	ch.clauses()
+	ch.cluster()
 	return r
 }
 
@@ -181,6 +182,29 @@ func (ch *checker) sockets() {
 		if fi, err := os.Stat(s.ControlAuth); err == nil && fi.Mode().Perm()&0o044 != 0 {
 			ch.warnf(-1, "control_auth", "%s holds passwords and is readable by others (mode %04o); chmod 0600", s.ControlAuth, fi.Mode().Perm())
 		}
+	}
+}
+
+// cluster checks what [cluster] needs from the host: its password file
+// reads and holds a password, and only its owner may read it. The store
+// itself is not dialled: a node starts while Redis is down (it falls back)
+// and the check must not wait on the network.
+func (ch *checker) cluster() {
+	cc := ch.c.Cluster
+	if cc == nil || cc.PasswordFile == "" {
+		return
+	}
+	if _, err := cc.Password(); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "cluster: password_file ")
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			msg = cc.PasswordFile + ": " + pe.Err.Error()
+		}
+		ch.r.Errors = append(ch.r.Errors, ch.c.ClusterErrorf("password_file", "%s", msg))
+		return
+	}
+	if fi, err := os.Stat(cc.PasswordFile); err == nil && fi.Mode().Perm()&0o044 != 0 {
+		ch.r.Warnings = append(ch.r.Warnings, ch.c.ClusterErrorf("password_file",
+			"%s holds the store's password and is readable by others (mode %04o); chmod 0600", cc.PasswordFile, fi.Mode().Perm()))
 	}
 }
 
