@@ -26,12 +26,21 @@ func (s *Core) serve(r *ring.Ring, now time.Time, limit int) int {
 		if t == nil {
 			return n
 		}
+		if !s.admit(t, now) {
+			continue // asking its book: out of the wanting heap meanwhile
+		}
 		a := s.obtain(r, t, now)
 		if a == nil {
+			s.unspare(t, now)
 			return n
 		}
 		if s.orderPick(r, now) {
-			t = r.Best(nil) // a job was moved in front: its thread first
+			// A job was moved in front: its thread first, if its book
+			// lets it.
+			if t2 := r.Best(nil); t2 != nil && t2 != t && s.admit(t2, now) {
+				s.unspare(t, now)
+				t = t2
+			}
 		}
 		s.attach(a, t, now)
 		n++
@@ -180,6 +189,7 @@ func (s *Core) attach(a *agent, t *thread.Thread, now time.Time) {
 	a.thread = t
 	a.host = t.Host
 	t.Busy++
+	s.lease(a, t)
 	s.feed(a, now)
 }
 
@@ -191,6 +201,7 @@ func (s *Core) detach(a *agent, now time.Time) {
 	}
 	a.thread = nil
 	t.Busy--
+	s.unlease(a, t, now)
 	s.update(t, now)
 }
 
@@ -202,7 +213,7 @@ func (s *Core) feed(a *agent, now time.Time) {
 	// An agent takes no new job while its thread has more agents than its
 	// window allows: negative feedback must take effect on agents already
 	// attached, not only on new ones (Postfix checks the window per delivery).
-	for !s.stopping && a.jobs < limit && t.Startable(now) && t.Busy <= t.Window.Limit() {
+	for !s.stopping && a.jobs < limit && t.Startable(now) && s.within(t) {
 		s.orderPickFrom(a.ring, t, now)
 		v := t.Ready.Pop()
 		s.orderFed(a.ring, v, now)
@@ -248,7 +259,11 @@ func (s *Core) next(a *agent, now time.Time) {
 		return
 	}
 	s.orderPick(a.ring, now)
-	if t := a.ring.Best(nil); t != nil && !s.clause(t.Clause).QueueOnly {
+	t := a.ring.Best(nil)
+	for t != nil && !s.clause(t.Clause).QueueOnly && !s.admit(t, now) {
+		t = a.ring.Best(nil) // t asks its book: the next best
+	}
+	if t != nil && !s.clause(t.Clause).QueueOnly {
 		s.attach(a, t, now)
 		if a.jobs > 0 {
 			return

@@ -21,6 +21,10 @@ import (
 // the latest retryat of the job's reports, zero if none: a destination that
 // dies waits for it instead of its retry schedule.
 func (s *Core) feedback(t *thread.Thread, siteFailed bool, retryAt, now time.Time) {
+	if s.book != nil {
+		s.reportBook(t, siteFailed, retryAt, now) // book.go
+		return
+	}
 	before := t.Window.Limit()
 	ceiling, confirmed := t.Window.Ceiling, t.Window.Confirmed()
 	if siteFailed {

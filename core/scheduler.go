@@ -13,6 +13,7 @@ import (
 	"zsched/ring"
 	"zsched/thread"
 	"zsched/vertex"
+	"zsched/window"
 )
 
 // ErrDuplicate is returned by Arrive for a message already in core.
@@ -91,6 +92,9 @@ type agent struct {
 	// killReason is why the core killed it (jobtimeout, garbage): its
 	// unfinished jobs say so, not "signal: killed".
 	killReason string
+	// lease is its session's hold on the thread's window in the book
+	// (book.go), 0 without a book.
+	lease window.Lease
 }
 
 // Core is the deterministic scheduling core: every decision of the
@@ -155,6 +159,11 @@ type Core struct {
 	throttleGen int
 	nextLift    time.Time
 	words       map[ring.Key]*words
+
+	// The windows' book (book.go): nil = the threads' own windows.
+	book       window.Book
+	seats      map[window.Dest]*seat
+	retrySeats []*seat // denied seats with a retry time, in denial order
 }
 
 // Counters are the scheduler's running totals.
@@ -230,6 +239,9 @@ func (s *Core) NextWakeup() time.Time {
 	}
 	earlier(s.nextSweep)
 	earlier(s.nextLift)
+	if len(s.retrySeats) > 0 {
+		earlier(s.nextRetry())
+	}
 	if len(s.msgs) > 0 {
 		earlier(s.nextExpiry)
 	}
@@ -394,6 +406,9 @@ func (s *Core) dropThread(t *thread.Thread) {
 	r.RemoveThread(t)
 	s.agenda.SetWake(t, time.Time{})
 	delete(s.threads, t.Key)
+	if s.book != nil {
+		s.dropSeat(t)
+	}
 	if r.Empty() {
 		s.dropRing(r)
 	}
@@ -433,6 +448,9 @@ func (s *Core) Tick(now time.Time) {
 		s.sweepAgents(now)
 	}
 	s.liftThrottles(now)
+	if len(s.retrySeats) > 0 {
+		s.retryDenied(now)
+	}
 	if !now.Before(s.nextExpiry) {
 		s.nextExpiry = now.Add(s.expiryEvery())
 		s.sweepExpiry(now)

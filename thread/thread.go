@@ -48,6 +48,10 @@ type Thread struct {
 	QueueOnly bool // starts only by ETRN
 	ETRN      bool // an ETRN released the queueonly thread: it runs until nothing is due
 	Held      bool // operator hold
+	// Asking: the destination's window lives in a book shared with other
+	// nodes (package window) and the thread waits for its answer, or for
+	// a session to come free, before it may take another agent.
+	Asking bool
 
 	// wake is the time the core's agenda (a ByWake heap) holds the thread
 	// for, zero when none; index its place in a heap of each order, -1
@@ -125,7 +129,7 @@ func (t *Thread) Startable(now time.Time) bool {
 
 // Wants reports whether the thread could use one more agent.
 func (t *Thread) Wants(now time.Time) bool {
-	return t.Startable(now) && t.Busy < t.Window.Limit()
+	return t.Startable(now) && !t.Asking && t.Busy < t.Window.Limit()
 }
 
 // Promote moves vertices whose own time has come from Waiting to Ready.
