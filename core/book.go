@@ -226,7 +226,10 @@ func (s *Core) windowEvent(ev window.Event, now time.Time, later bool) {
 		t.Asking = st.denied
 		s.mirror(t, ev.State)
 		if ev.Revived {
-			s.revived(t, "dead destination's retry time has come")
+			// Its retry index stands, as reviveDue leaves it: only a
+			// delivery that gets through starts it over.
+			s.log.Info("dead destination's retry time has come", "channel", t.Channel, "host", t.Host,
+				"window", t.Window.Limit())
 		}
 	case window.Denied:
 		st.asking = false

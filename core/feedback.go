@@ -60,6 +60,11 @@ func (s *Core) reviveDue(t *thread.Thread, now time.Time) {
 		return
 	}
 	t.Window.Revive(t.Busy)
+	if s.book != nil {
+		// Only the mirror: the book revives it at the next Acquire, or
+		// says until when it stays dead (book.go).
+		return
+	}
 	s.observe(Observation{Kind: ObservedRetryDue, Channel: t.Channel, Host: t.Host, Window: t.Window.Limit()})
 }
 

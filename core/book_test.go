@@ -1,0 +1,117 @@
+package core_test
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"zsched/sim"
+	"zsched/window"
+)
+
+// TestLocalBookDecidesAsOwnWindows: a core whose windows live in a
+// window.Local book (every answer at once) schedules exactly as one that
+// keeps them in its threads: the same job lines at the same times, the
+// same outcomes, the same learned windows. The workloads cover 1/N feedback
+// and a learned ceiling against a limiter, and a destination that dies,
+// waits for its retry time and revives.
+func TestLocalBookDecidesAsOwnWindows(t *testing.T) {
+	down := func(s *sim.Sim) sim.Behavior {
+		up := sim.Epoch.Add(25 * time.Minute)
+		return func(j sim.Job) sim.Response {
+			if s.Now.Before(up) {
+				return refuse(j)
+			}
+			r := sim.Sink(j)
+			r.Delay = time.Second
+			return r
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		behavior func(*sim.Sim) sim.Behavior
+		host     string
+	}{
+		{"limiter", limited5, "lim.test"},
+		{"dead and revived", down, "down.test"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := func(book bool) *sim.Sim {
+				s := sim.New(feedbackConfig(t, ""), nil, 1)
+				if book {
+					s.Core.UseBook(window.NewLocal())
+				}
+				s.Behavior = tc.behavior(s)
+				s.Check = true
+				for i := 0; i < 200; i++ {
+					s.Enqueue(fmt.Sprintf("smtp/%s/u%d", tc.host, i))
+				}
+				s.Run(24 * time.Hour)
+				checkAllDelivered(t, s, 200)
+				return s
+			}
+			own, booked := run(false), run(true)
+			if len(own.JobLog) != len(booked.JobLog) {
+				t.Fatalf("%d job lines with its own windows, %d with a local book", len(own.JobLog), len(booked.JobLog))
+			}
+			for i := range own.JobLog {
+				if own.JobLog[i] != booked.JobLog[i] {
+					t.Fatalf("job line %d: %+v with its own windows, %+v with a local book", i, own.JobLog[i], booked.JobLog[i])
+				}
+			}
+			if a, b := own.Core.Destinations(own.Now), booked.Core.Destinations(booked.Now); !reflect.DeepEqual(a, b) {
+				t.Fatalf("learned state:\n own  %+v\n book %+v", a, b)
+			}
+			if own.PeakBusy[tc.host] != booked.PeakBusy[tc.host] {
+				t.Fatalf("peak sessions %d own, %d booked", own.PeakBusy[tc.host], booked.PeakBusy[tc.host])
+			}
+		})
+	}
+}
+
+// TestOutboxAnswersLater: with a book that answers later (an Outbox in
+// front of a Local, as the daemon puts one in front of Redis), nothing
+// starts before the grant, every session holds a lease, and the queue
+// drains with the window respected.
+func TestOutboxAnswersLater(t *testing.T) {
+	s := sim.New(feedbackConfig(t, ""), nil, 1)
+	s.Behavior = limited5(s)
+	out := &window.Outbox{}
+	local := window.NewLocal()
+	s.Core.UseBook(out)
+	s.Check = true
+	for i := 0; i < 100; i++ {
+		s.Enqueue(fmt.Sprintf("smtp/lim.test/u%d", i))
+	}
+	if len(s.JobLog) != 0 {
+		t.Fatalf("%d jobs fed before the book answered", len(s.JobLog))
+	}
+	reqs := out.Take()
+	if len(reqs) != 1 || reqs[0].Op != window.Acquire {
+		t.Fatalf("requests before any answer: %+v, want one acquire", reqs)
+	}
+	pending := reqs
+	// The book's answers come back after each step, as the daemon hands
+	// them back after each turn of its loop.
+	for steps := 0; steps < 1_000_000; steps++ {
+		if len(pending) > 0 {
+			s.Do(func(now time.Time) { s.Core.Window(now, local.Do(now, pending)) })
+		}
+		pending = out.Take()
+		if len(pending) > 0 {
+			continue
+		}
+		if !s.Step() {
+			break
+		}
+		pending = out.Take()
+	}
+	checkAllDelivered(t, s, 100)
+	if peak := s.PeakBusy["lim.test"]; peak > 6 {
+		t.Fatalf("peak sessions %d, want at most the limit of 5 and one probe", peak)
+	}
+	if _, ok := local.Record(window.Dest{Channel: "smtp", Host: "lim.test"}); !ok {
+		t.Fatal("the book never heard of the destination")
+	}
+}
