@@ -70,6 +70,9 @@ type ThreadView struct {
 	ETRN       bool // an ETRN released the queueonly thread until nothing is due
 	Held       bool
 	HostBound  bool // its ring is one host's ($host in the command)
+	// Cluster is the destination's shared window as the book last
+	// answered; nil without [cluster] (book.go).
+	Cluster *ClusterView
 }
 
 // RingView is one thread-ring as mailq shows it.
@@ -211,6 +214,7 @@ func (s *Core) threadView(t *thread.Thread, now time.Time, agents []int) ThreadV
 	}
 	tv.Recipients = t.Recipients()
 	tv.Oldest = t.Oldest()
+	tv.Cluster = s.clusterView(t)
 	if r := s.rings[s.ringKey(t)]; r != nil {
 		tv.HostBound = r.HostBound()
 	}

@@ -36,11 +36,12 @@ const (
 	ReasonUnrouted                  // no clause selects its channel/host
 	ReasonStopping                  // the scheduler is shutting down
 	ReasonTransport                 // its ring's agents failed at start: throttled (throttle.go)
+	ReasonCluster                   // the destination's shared window is full, or its book has not answered (book.go)
 )
 
 var reasonNames = [...]string{"due", "running", "retry", "backoff", "dead", "window",
 	"maxring", "maxta", "maxchannel", "forkrate", "starting", "held-message", "held-thread",
-	"queueonly", "unrouted", "stopping", "transport"}
+	"queueonly", "unrouted", "stopping", "transport", "cluster"}
 
 func (r Reason) String() string { return reasonNames[r] }
 
@@ -69,6 +70,9 @@ type Why struct {
 	Ceiling int       // its learned ceiling, for ReasonWindow; 0 = none
 	Limit   int       // the limit's value, for the limit reasons
 	Text    string    // the failure, for ReasonTransport
+	// Cluster is the shared window as the book last answered, for
+	// ReasonCluster.
+	Cluster *ClusterView
 }
 
 // String says the reason in a sentence for operators.
@@ -115,6 +119,17 @@ func (w Why) String() string {
 			return "transport unavailable: waiting for a probe agent to complete a job (" + w.Text + ")"
 		}
 		return "transport unavailable until " + at(w.Until) + " (" + w.Text + ")"
+	case ReasonCluster:
+		c := w.Cluster
+		if c == nil || c.Asking {
+			return "waiting for the cluster's answer to a session request"
+		}
+		txt := fmt.Sprintf("the cluster's shared window is full: %d of %d sessions busy on %d nodes (%d on this node)",
+			c.Leases, c.Window, c.Nodes, c.Mine)
+		if c.Fallback {
+			txt += "; cluster: fallback (the store is unreachable: this node's share of the last shared window)"
+		}
+		return txt
 	}
 	return w.Reason.String()
 }
@@ -137,6 +152,9 @@ func (s *Core) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
 		return Why{Reason: ReasonBackoff, Until: t.BackoffUntil}
 	case v.In(&t.Waiting):
 		return Why{Reason: ReasonRetry, Until: v.Due()}
+	}
+	if t.Asking {
+		return Why{Reason: ReasonCluster, Cluster: s.clusterView(t)}
 	}
 	if lim := t.Window.Limit(); t.Busy >= lim {
 		c, _ := t.Window.LearnedCeiling(now)

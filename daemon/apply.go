@@ -96,6 +96,7 @@ func (d *Daemon) apply() {
 	}
 	// The outcome lines and throttles of exited agents are out.
 	clear(d.gone)
+	d.pushBook() // cluster.go
 }
 
 // reread reads a control file again, as the core asked, and gives the core

@@ -207,6 +207,12 @@ func (d *Daemon) reconfigure() error {
 			cfg.Scheduler.Keep(k.Key, &old)
 		}
 	}
+	if a, b := d.cfg.Cluster, cfg.Cluster; (a == nil) != (b == nil) || a != nil && *a != *b {
+		// The node's link to the store and its leases are the running
+		// [cluster]'s: a new one needs a restart.
+		d.log.Warn("reload: [cluster] changed; keeping the running one until a restart")
+	}
+	cfg.Cluster = d.cfg.Cluster
 	if err := d.core.Reconfigure(d.now(), d.coreConfig(cfg)); err != nil {
 		return err
 	}
@@ -472,6 +478,13 @@ func (d *Daemon) threadLine(now time.Time, t core.ThreadView, agents map[int]cor
 		}
 		fmt.Fprintf(&b, " ceiling=%d%s", t.Ceiling, q)
 	}
+	if c := t.Cluster; c != nil {
+		// The shared window: sessions of every node, this node's, nodes.
+		fmt.Fprintf(&b, " cluster=%d/%d mine=%d nodes=%d", c.Leases, c.Window, c.Mine, c.Nodes)
+		if c.Fallback {
+			b.WriteString(" cluster:fallback")
+		}
+	}
 	fmt.Fprintf(&b, " state=%s", t.State)
 	return b.String()
 }
@@ -571,12 +584,17 @@ func (d *Daemon) globalLines(now time.Time, snmp bool) []string {
 	if snmp {
 		uptime = fmt.Sprintf("%d sec", int64(now.Sub(d.ops.started)/time.Second))
 	}
-	return []string{
+	lines := []string{
 		fmt.Sprintf("Kids: %d  Idle: %2d  Msgs: %3d  Thrds: %3d  Rcpnts: %4d  Uptime: %s",
 			d.core.Agents(), idle, g.Messages, threads, g.Recipients, uptime),
 		fmt.Sprintf("Msgs in %d out %d stored %d Rcpnts in %d out %d stored %d",
 			c.Arrived, max(c.Arrived-int64(g.Messages), 0), g.Messages, out+int64(g.Recipients), out, g.Recipients),
 	}
+	if st, ok := d.ClusterStatus(); ok && !snmp {
+		// "cluster: shared (node mx1, 3 nodes)", "cluster: fallback since …"
+		lines = append(lines, st.String())
+	}
+	return lines
 }
 
 // threadListing is SHOW THREAD as the loop leaves it: every field but the
@@ -782,6 +800,32 @@ type Queue struct {
 	Counters core.Counters `json:"counters"`
 	Rings    []QueueRing   `json:"rings"`
 	Agents   []QueueAgent  `json:"agents"`
+	// Cluster is the node's link to the shared store; absent without
+	// [cluster].
+	Cluster *QueueCluster `json:"cluster,omitempty"`
+}
+
+// QueueCluster is the node's view of its cluster in Queue.
+type QueueCluster struct {
+	Node       string    `json:"node"`
+	Store      string    `json:"store"` // without password
+	Mode       string    `json:"mode"`  // connecting, shared, fallback
+	Since      time.Time `json:"since"`
+	Nodes      int       `json:"nodes"`
+	Leases     int       `json:"leases"`
+	Error      string    `json:"error,omitempty"`
+	Fallbacks  int       `json:"fallbacks"`
+	Reconnects int       `json:"reconnects"`
+}
+
+// QueueShared is a destination's shared window in QueueThread.
+type QueueShared struct {
+	Window   int  `json:"window"`
+	Leases   int  `json:"leases"` // every node's sessions
+	Mine     int  `json:"mine"`   // this node's
+	Nodes    int  `json:"nodes"`
+	Fallback bool `json:"fallback,omitempty"`
+	Denied   bool `json:"denied,omitempty"`
 }
 
 // QueueRing is one thread-ring in Queue.
@@ -826,6 +870,8 @@ type QueueThread struct {
 	Turned     bool       `json:"turned,omitempty"`
 	Held       bool       `json:"held,omitempty"`
 	LastText   string     `json:"last_text,omitempty"`
+	// Cluster is the destination's shared window; absent without [cluster].
+	Cluster *QueueShared `json:"cluster,omitempty"`
 }
 
 // QueueAgent is one transport agent in Queue.
@@ -865,6 +911,10 @@ func (d *Daemon) Queue(now time.Time) Queue {
 			if t.State == core.ThreadBlocked {
 				qt.Pend = t.Pend.String()
 			}
+			if c := t.Cluster; c != nil {
+				qt.Cluster = &QueueShared{Window: c.Window, Leases: c.Leases, Mine: c.Mine, Nodes: c.Nodes,
+					Fallback: c.Fallback, Denied: c.Denied}
+			}
 			for _, id := range t.Agents {
 				qt.Pids = append(qt.Pids, d.pid(id))
 			}
@@ -875,6 +925,10 @@ func (d *Daemon) Queue(now time.Time) Queue {
 	for _, a := range d.core.AgentViews() {
 		q.Agents = append(q.Agents, QueueAgent{Pid: d.pid(a.ID), Channel: a.Channel, Host: a.Host,
 			State: a.State, Jobs: a.Jobs, Heard: a.Heard.UTC(), Fed: timePtr(a.Fed)})
+	}
+	if st, ok := d.ClusterStatus(); ok {
+		q.Cluster = &QueueCluster{Node: st.Node, Store: st.Store, Mode: st.Mode.String(), Since: st.Since.UTC(),
+			Nodes: st.Nodes, Leases: st.Leases, Error: st.Err, Fallbacks: st.Fallbacks, Reconnects: st.Reconnects}
 	}
 	return q
 }

@@ -104,6 +104,8 @@ type Daemon struct {
 	ops ops // control socket, reload, metrics (control.go, metrics.go)
 
 	state stateFile // learned destination state (state.go)
+
+	cluster *clusterLink // the shared windows' store, nil without [cluster] (cluster.go)
 }
 
 // New prepares a daemon for cfg: it creates the spool directories, the pid
@@ -139,18 +141,24 @@ func New(cfg *config.Config, log hclog.Logger, opt Options) (*Daemon, error) {
 	if err := d.spool.Init(); err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
+	if err := d.startCluster(); err != nil {
+		return nil, err
+	}
 	// First, so that a second scheduler on the postoffice stops here,
 	// before it touches the running one's pid file and notify socket.
 	if err := d.startOps(); err != nil {
+		d.stopCluster()
 		return nil, err
 	}
 	d.pidfile = filepath.Join(cfg.Scheduler.Postoffice, ".pid.scheduler")
 	if err := os.WriteFile(d.pidfile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		d.stopOps()
+		d.stopCluster()
 		return nil, fmt.Errorf("daemon: pid file: %w", err)
 	}
 	if err := d.listenNotify(); err != nil {
 		d.stopOps()
+		d.stopCluster()
 		return nil, err
 	}
 	d.loadState()
@@ -265,6 +273,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 				break
 			}
 			d.apply()
+		case evs := <-d.bookEvents():
+			d.core.Window(d.now(), evs) // cluster.go; applied at the top of the loop
 		case <-d.fetchDone():
 			// intakeStep takes the batch at the top of the loop.
 		case <-d.rm.done:
@@ -303,6 +313,7 @@ func (d *Daemon) serveWaiting() {
 }
 
 func (d *Daemon) close() {
+	d.stopCluster()
 	d.stopOps()
 	if d.conn != nil {
 		d.conn.Close()
@@ -347,6 +358,11 @@ func (d *Daemon) shutdown() error {
 		case ev := <-d.events:
 			d.agentEvent(ev)
 			d.applyLog()
+		case evs := <-d.bookEvents():
+			// Grants that come now are released at once (the core is
+			// stopping); reading them keeps the book renewing.
+			d.core.Window(d.now(), evs)
+			d.applyLog()
 		case <-deadline.C:
 			if killed {
 				return fmt.Errorf("daemon: %d agents did not exit", len(d.procs))
@@ -389,6 +405,7 @@ func (d *Daemon) applyLog() {
 		d.core.Advance()
 	}
 	clear(d.gone)
+	d.pushBook()
 }
 
 func exitReason(ev agent.Event) string {

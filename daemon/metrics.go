@@ -65,6 +65,9 @@ func (d *Daemon) startMetrics() (*metrics, error) {
 		m.observed[k] = obs.WithLabelValues(k.String())
 	}
 	m.reg.MustRegister(m.outcomes, m.latency, obs, &gaugeCollector{d: d})
+	if d.cfg.Cluster != nil {
+		m.reg.MustRegister(&clusterCollector{d: d}) // cluster.go
+	}
 	listen := d.cfg.Scheduler.MetricsListen
 	if listen == "" {
 		return m, nil
