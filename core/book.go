@@ -211,6 +211,11 @@ func (s *Core) windowEvent(ev window.Event, now time.Time, later bool) {
 		return
 	}
 	st.state, st.known = ev.State, true
+	if st.denied && ev.Kind != window.Denied && !ev.State.Dead() && ev.State.Leases < ev.State.Limit() {
+		// The answer shows a session free (the window grew, or others
+		// ended theirs): ask now rather than wait for the Free notice.
+		st.denied, st.retry = false, time.Time{}
+	}
 	t := s.threads[st.key]
 	if t != nil && (t.Channel != ev.Dest.Channel || t.Host != ev.Dest.Host) {
 		t = nil
@@ -269,14 +274,13 @@ func (s *Core) windowEvent(ev window.Event, now time.Time, later bool) {
 		}
 		s.logShared(t, ev)
 	case window.Free:
-		if !st.denied {
-			break
-		}
 		st.denied, st.retry = false, time.Time{}
 		if t != nil {
-			t.Asking = st.asking
 			s.mirror(t, ev.State)
 		}
+	}
+	if t != nil && !st.denied && !st.asking {
+		t.Asking = false
 	}
 	if t == nil {
 		if !st.asking && len(st.spare) == 0 && !st.denied && len(st.retries) == 0 {
