@@ -403,4 +403,3 @@ func TestClusterRedisDown(t *testing.T) {
 	}
 	cs.check(0)
 }
-
