@@ -72,6 +72,13 @@ var Verbs = []Verb{
 	{"RELEASE MSG", PermHold, 1, 1, "RELEASE MSG id: end a message hold (release)"},
 	{"WHY", PermTT, 1, 1, "WHY id: why each recipient of a message is waiting (why)"},
 	{"RELOAD", PermReload, 0, 0, "RELOAD: re-read the configuration (reload)"},
+	// Issue 17: the whole spool, bulk operations and postcat.
+	{"SHOW QUEUE MESSAGES", PermTT, 0, -1, "SHOW QUEUE MESSAGES [json] [held] [deferred] [dest=GLOB] [from=ADDR]: every message in the spool (queue)"},
+	{"SHOW MSG", PermTT, 1, 2, "SHOW MSG id [body]: the control file decoded, headers, body (cat)"},
+	{"KILL MSGS", PermKill, 1, -1, "KILL MSGS [dry] [all] [dest=GLOB] [from=ADDR] [id...]: kill many (kill)"},
+	{"HOLD MSGS", PermHold, 1, -1, "HOLD MSGS [dry] [dest=GLOB] [from=ADDR] [id...]: hold many messages (hold)"},
+	{"RELEASE MSGS", PermHold, 1, -1, "RELEASE MSGS [dry] [all] [dest=GLOB] [from=ADDR] [id...]: release many (release)"},
+	{"FLUSH MSGS", PermFlush, 1, -1, "FLUSH MSGS [dry] [dest=GLOB] [from=ADDR] [id...]: retry many now (flush)"},
 }
 
 // sessionHelp is HELP's text for the words every session takes.
@@ -115,6 +122,9 @@ type Reply struct {
 	Text  string   // the status line after "+" or "-"
 	Lines []string // the body of a listing
 	Multi bool     // a listing: "+OK until LF.LF", Lines, "."
+	// stream, when set, produces the listing's lines after the loop has
+	// answered (Stream, stream.go).
+	stream func(emit func(string) bool) error
 }
 
 // OK is a one-line success reply.

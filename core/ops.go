@@ -776,39 +776,6 @@ func (s *Scheduler) Shape(now time.Time, buckets []time.Duration, top int) []Sha
 
 // --- operator commands ---
 
-// HoldThread holds the destination (channel, host): no agent is fed from it
-// until ReleaseThread. The hold outlives the thread, so mail arriving later
-// for the destination is held too. Agents on it finish their current jobs.
-// It reports whether a thread was in core.
-func (s *Scheduler) HoldThread(now time.Time, channel, host string) bool {
-	host = strings.ToLower(host)
-	s.holds[[2]string{channel, host}] = true
-	t := s.findThread(channel, host)
-	if t == nil {
-		return false
-	}
-	t.Held = true
-	s.touch(t, now)
-	return true
-}
-
-// ReleaseThread ends a destination hold; it reports whether there was one.
-func (s *Scheduler) ReleaseThread(now time.Time, channel, host string) bool {
-	host = strings.ToLower(host)
-	k := [2]string{channel, host}
-	was := s.holds[k]
-	delete(s.holds, k)
-	t := s.findThread(channel, host)
-	if t == nil {
-		return was
-	}
-	was = was || t.Held
-	t.Held = false
-	s.redue(t, now)
-	s.touch(t, now)
-	return was
-}
-
 // HoldMessage keeps a message's vertices from being fed until
 // ReleaseMessage; vertices with an agent now finish their attempt first and
 // are then held. Held vertices still expire.
@@ -891,14 +858,18 @@ func (s *Scheduler) Turn(now time.Time, name string) int {
 	if i := strings.IndexAny(name, " \t"); i >= 0 {
 		name = name[:i]
 	}
-	match := func(host string) bool { return host == name }
-	if dom, ok := strings.CutPrefix(name, "@"); ok {
-		dom = strings.TrimPrefix(dom, ".")
-		match = func(host string) bool { return host == dom || strings.HasSuffix(host, "."+dom) }
-	}
-	if name == "" || name == "@" {
+	if name == "" || name == "@" || strings.Contains(name, "/") {
 		return 0
 	}
+	p, err := ParseDest(name)
+	if err != nil {
+		return 0
+	}
+	m, err := p.Compile()
+	if err != nil {
+		return 0
+	}
+	match := func(host string) bool { return m.Match("", host) }
 	var ts []*thread.Thread
 	for _, t := range s.threads {
 		if match(t.Host) {
@@ -926,29 +897,23 @@ func (s *Scheduler) Turn(now time.Time, name string) int {
 
 // Flush makes every vertex of the selected threads due now and ends their
 // back-off (a dead destination gets its probe). sel is "" for every thread,
-// or "channel/host" with ZMailer globs ("smtp/*.example.com"); a bare
-// channel means all its hosts. Queueonly threads stay waiting for ETRN.
+// or a destination pattern (ParseDest: "smtp/*.example.com", a bare host
+// glob for every channel, "@domain"). Queueonly threads stay waiting for
+// ETRN.
 // It returns how many threads matched.
 func (s *Scheduler) Flush(now time.Time, sel string) (int, error) {
-	chSrc, hostSrc := "*", "*"
-	if sel = strings.TrimSpace(sel); sel != "" {
-		chSrc, hostSrc, _ = strings.Cut(sel, "/")
-		if hostSrc == "" {
-			hostSrc = "*"
-		}
+	p, err := ParseDest(sel)
+	if err != nil {
+		return 0, fmt.Errorf("core: flush: %w", err)
 	}
 	// Compiled once, matched in linear time against every thread.
-	chPat, err := config.CompileGlob(strings.ToLower(chSrc))
+	m, err := p.Compile()
 	if err != nil {
-		return 0, fmt.Errorf("core: flush %q: %w", sel, err)
-	}
-	hostPat, err := config.CompileGlob(strings.ToLower(hostSrc))
-	if err != nil {
-		return 0, fmt.Errorf("core: flush %q: %w", sel, err)
+		return 0, fmt.Errorf("core: flush: %w", err)
 	}
 	var ts []*thread.Thread
 	for _, t := range s.threads {
-		if chPat.Match(strings.ToLower(t.Channel)) && hostPat.Match(t.Host) {
+		if m.Match(t.Channel, t.Host) {
 			ts = append(ts, t)
 		}
 	}
@@ -957,7 +922,7 @@ func (s *Scheduler) Flush(now time.Time, sel string) (int, error) {
 		s.makeDue(t, now)
 		s.touch(t, now)
 	}
-	s.flushThrottles(now, func(ch string) bool { return chPat.Match(strings.ToLower(ch)) })
+	s.flushThrottles(now, m.MatchChannel)
 	return len(ts), nil
 }
 

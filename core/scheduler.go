@@ -133,7 +133,7 @@ type Scheduler struct {
 	// Operator state (ops.go): destination holds by (channel, host), which
 	// outlive their threads; held messages, whose vertices sit in no heap;
 	// quiet once shutdown stops all feeding.
-	holds    map[[2]string]bool
+	holds    map[[2]string]DestMatcher // by (channel glob, host glob), compiled: queue.go
 	heldMsgs map[int64]*vertex.Message
 	quiet    bool
 
@@ -176,7 +176,7 @@ func New(cfg *config.Config, log hclog.Logger, rng *rand.Rand) *Scheduler {
 		agents:     make(map[int]*agent),
 		perChannel: make(map[string]int),
 		clauses:    make(map[[2]string]int),
-		holds:      make(map[[2]string]bool),
+		holds:      make(map[[2]string]DestMatcher),
 		heldMsgs:   make(map[int64]*vertex.Message),
 	}
 }
@@ -282,14 +282,22 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 		Inum:    a.Inum,
 		Path:    a.Path,
 		ID:      a.ID,
+		QID:     a.QID,
 		Arrival: a.Arrival,
 		Seq:     s.seq,
 		Bounce:  a.Bounce,
 		Warned:  a.Warned,
 		Diags:   a.Diags,
 	}
+	if m.QID == "" {
+		m.QID = a.Path
+	}
 	m.Vertices = make([]*vertex.Vertex, 0, len(a.Groups))
 	s.msgs[a.Inum] = m
+	if a.Held {
+		m.Held = true
+		s.heldMsgs[a.Inum] = m
+	}
 	s.stats.Arrived++
 	if s.nextExpiry.IsZero() {
 		s.nextExpiry = now.Add(s.expiryEvery())
@@ -306,8 +314,9 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 		ci, ok := s.match(g.Channel, host)
 		if !ok {
 			s.log.Error("no clause matches; recipients wait for a config that routes them",
-				"msg", m.Path, "channel", g.Channel, "host", host, "rcpts", len(g.Rcpts))
+				"msg", m.QID, "channel", g.Channel, "host", host, "rcpts", len(g.Rcpts))
 			v := vertex.New(m, &vertex.Dest{Clause: -1, Channel: g.Channel, Host: host}, g.Rcpts)
+			restoreRetry(v, g, now)
 			m.Vertices = append(m.Vertices, v)
 			s.unmatched = append(s.unmatched, v)
 			continue
@@ -316,6 +325,7 @@ func (s *Scheduler) Arrive(now time.Time, a Arrival) error {
 		// The thread's key, not the control file's strings: one copy per
 		// destination in core instead of one per vertex (DESIGN §8).
 		v := vertex.New(m, &t.Key, g.Rcpts)
+		restoreRetry(v, g, now)
 		m.Vertices = append(m.Vertices, v)
 		s.orderAdd(s.ring(t), m, []*vertex.Vertex{v}, now)
 		t.Vertices++
@@ -360,7 +370,7 @@ func (s *Scheduler) thread(ci int, channel, host string) *thread.Thread {
 	c := s.clause(ci)
 	t := thread.New(k, thread.NewWindow(c))
 	t.QueueOnly = c.QueueOnly
-	t.Held = s.holds[[2]string{channel, host}]
+	t.Held = s.destHeld(channel, host)
 	s.recall(t)
 	s.threads[k] = t
 	r := s.ring(t)

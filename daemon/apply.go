@@ -308,7 +308,9 @@ func (d *Daemon) logOutcome(o core.Outcome) {
 		l = newOutcomeLine()
 		d.outcomeLine = l
 	}
-	l.kv[1] = o.Path
+	qid := d.qid(o.Path)
+	d.retry.deferred(qid, o) // retry.go: kept across a restart
+	l.kv[1] = qid
 	l.kv[3] = o.Offset
 	l.kv[5] = o.User
 	l.same(7, &l.channel, o.Channel)
@@ -322,6 +324,7 @@ func (d *Daemon) logOutcome(o core.Outcome) {
 	l.same(19, &l.next, next)
 	l.same(21, &l.text, o.Text)
 	d.log.Info("outcome", l.kv[:]...)
+	d.statelog.outcome(l.kv[:])
 }
 
 // outcomeLine is logOutcome's key/value list, kept from line to line

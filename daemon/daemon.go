@@ -90,6 +90,10 @@ type Daemon struct {
 	ops ops // control socket, reload, metrics (control.go, metrics.go)
 
 	state stateFile // learned destination state (state.go)
+
+	holds    *holdStore // operator holds kept on disk (holds.go)
+	retry    *journal   // retry state kept on disk (retry.go)
+	statelog *stateLog  // the per-attempt log (statelog.go)
 }
 
 // New prepares a daemon for cfg: it creates the spool directories, the pid
@@ -140,6 +144,15 @@ func New(cfg *config.Config, log hclog.Logger, opt Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.loadState()
+	// Before the first read of the queue: nothing held goes out, and no
+	// deferred recipient is tried before its time.
+	d.loadHolds()
+	d.loadJournal()
+	if err := d.openStateLog(); err != nil {
+		d.retry.close()
+		d.stopOps()
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -284,6 +297,8 @@ func (d *Daemon) serveWaiting() {
 
 func (d *Daemon) close() {
 	d.stopOps()
+	d.retry.close()
+	d.statelog.close()
 	if d.conn != nil {
 		d.conn.Close()
 		os.Remove(d.cfg.Scheduler.NotifySocket)
@@ -393,7 +408,7 @@ func hasPendingDiags(f *ctlfile.File) bool {
 
 // arrival reduces a control file to what the core schedules.
 func arrival(rel string, f *ctlfile.File) core.Arrival {
-	a := core.Arrival{Inum: f.Inum, Path: rel, ID: f.ID, Arrival: f.Arrival, Bounce: f.IsBounce(), Warned: warned(f), Diags: hasPendingDiags(f)}
+	a := core.Arrival{Inum: f.Inum, Path: rel, ID: f.ID, QID: f.QueueID(), Arrival: f.Arrival, Bounce: f.IsBounce(), Warned: warned(f), Diags: hasPendingDiags(f)}
 	for _, g := range f.Groups() {
 		cg := core.Group{Channel: g.Channel, Host: g.Host, Rcpts: make([]vertex.Rcpt, len(g.Rcpts))}
 		for i, ri := range g.Rcpts {

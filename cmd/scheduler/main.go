@@ -92,7 +92,7 @@ func commands() []command {
 				return cmdOps(name, args, stdout, stderr)
 			}})
 	}
-	return cmds
+	return append(cmds, queueCommands()...) // queue.go: queue, cat, kill, hold, release, flush
 }
 
 func findCommand(name string) (command, bool) {

@@ -25,7 +25,9 @@ type opsSpec struct {
 	failed func(args []string, rep control.Reply) (string, bool)
 }
 
-var opsOrder = []string{"mailq", "qshape", "why", "etrn", "flush", "hold", "release", "kill", "reload"}
+// kill, hold, release and flush are queue.go's (issue 17: many messages,
+// the whole spool); their entries below serve no command.
+var opsOrder = []string{"mailq", "qshape", "why", "etrn", "reload"}
 
 var opsCommands = map[string]opsSpec{
 	"mailq": {"[-Q|-QQ|-QQQ|-s|-counters|-json|-dest CHANNEL/HOST]",
