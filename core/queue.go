@@ -318,3 +318,10 @@ func (s *Scheduler) HeldCounts() (messages, threads int) {
 	}
 	return messages, threads
 }
+
+// isQueueID reports whether id has the form of a queue id: a control
+// file's name, a dot and the generation.
+func isQueueID(id string) bool {
+	name, gen, ok := strings.Cut(id, ".")
+	return ok && gen != "" && ctlName(name)
+}

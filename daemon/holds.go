@@ -221,12 +221,18 @@ func (d *Daemon) saveHolds() error {
 
 // msgHeld reports whether a message hold is kept for qid.
 func (d *Daemon) msgHeld(qid string) bool {
+	if d.holds == nil {
+		return false
+	}
 	_, ok := d.holds.msgs[qid]
 	return ok
 }
 
 // holdEnded forgets the hold of a message that left the spool.
 func (d *Daemon) holdEnded(qid string) {
+	if d.holds == nil {
+		return
+	}
 	if _, ok := d.holds.msgs[qid]; !ok {
 		return
 	}

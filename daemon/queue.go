@@ -372,8 +372,11 @@ func (d *Daemon) describe(now time.Time, o onDisk) QueueMessage {
 			return q
 		}
 	}
-	_, q.Held = d.holds.msgs[o.qid]
-	rs := d.retry.replay[o.qid]
+	q.Held = d.msgHeld(o.qid)
+	var rs map[int64]retryRec
+	if d.retry != nil {
+		rs = d.retry.replay[o.qid]
+	}
 	for _, r := range o.f.Rcpts {
 		if r.Status != ctlfile.Pending && r.Status != ctlfile.Locked {
 			continue
@@ -726,10 +729,7 @@ func (d *Daemon) single(req *control.Request, v opVerb, id string) {
 			req.Respond(control.Fail(err.Error()))
 			return
 		}
-		if line == "" {
-			line = lk.QID + "\tnothing to do"
-		}
-		req.Respond(control.OK(line))
+		req.Respond(singleReply(v, lk.QID, line))
 		return
 	}
 	go func() {
@@ -741,15 +741,24 @@ func (d *Daemon) single(req *control.Request, v opVerb, id string) {
 		if err == nil && v == opKill && line != "" && !strings.HasSuffix(line, "in core") {
 			err = d.removeKilled(t)
 		}
-		switch {
-		case err != nil:
+		if err != nil {
 			req.Respond(control.Fail(err.Error()))
-		case line == "":
-			req.Respond(control.OK(t.qid + "\tnothing to do"))
-		default:
-			req.Respond(control.OK(line))
+			return
 		}
+		req.Respond(singleReply(v, t.qid, line))
 	}()
+}
+
+// singleReply is the answer to a one-message command; KILL MSG keeps
+// MAILQ v2's words, which its clients look for.
+func singleReply(v opVerb, qid, line string) control.Reply {
+	switch {
+	case line == "":
+		return control.OK(qid + "\tnothing to do")
+	case v == opKill:
+		return control.OK("OK; KILLed something.")
+	}
+	return control.OK(line)
 }
 
 // whyOnDisk is WHY for a message not in core: read from disk, described
