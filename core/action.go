@@ -10,9 +10,9 @@ import (
 // Arrival is a control file read from the queue, reduced to what the core
 // schedules: its pending recipients grouped per (channel, host).
 type Arrival struct {
-	Inum    int64
-	Path    string // relative to postoffice/transport
-	ID      string // body file name
+	Inum int64
+	Path string // relative to postoffice/transport
+	ID   string // body file name
 	// QID is the message's queue id (ctlfile.File.QueueID), what logs and
 	// commands name it by; "" means Path.
 	QID     string

@@ -325,3 +325,24 @@ func isQueueID(id string) bool {
 	name, gen, ok := strings.Cut(id, ".")
 	return ok && gen != "" && ctlName(name)
 }
+
+// Oldest returns the arrival of the oldest message in core; zero if none.
+// Its cost follows the threads, not the recipients (their tallies).
+func (s *Scheduler) Oldest() time.Time {
+	var o time.Time
+	older := func(t time.Time) {
+		if !t.IsZero() && (o.IsZero() || t.Before(o)) {
+			o = t
+		}
+	}
+	for _, t := range s.threads {
+		older(t.Tally.Oldest())
+	}
+	for _, v := range s.unmatched {
+		older(v.Msg.Arrival)
+	}
+	for _, m := range s.heldMsgs {
+		older(m.Arrival)
+	}
+	return o
+}

@@ -509,6 +509,7 @@ func (d *Daemon) threadReport(now time.Time, short bool) []string {
 			len(r.Threads), r.Msgs, r.Agents, r.Idle, r.MaxRing, r.Overfeed, r.MaxThr)+throttleNote(now, r))
 	}
 	out = append(out, d.globalLines(now, false)...)
+	out = append(out, d.spoolLines(now)...)    // census.go: the whole spool, unrouted mail
 	return append(out, d.waitingLines(now)...) // intake.go: files not in core, and why
 }
 
@@ -738,14 +739,14 @@ func (d *Daemon) qshape(now time.Time, top int) []string {
 	}
 	head += fmt.Sprintf(" %5s", strconv.Itoa(qshapeBuckets[len(qshapeBuckets)-1])+"+")
 	out := []string{head}
-	for _, r := range d.core.Shape(now, bs, top) {
+	for _, r := range d.shapeSpool(d.core.Shape(now, bs, 0), top) { // census.go
 		line := fmt.Sprintf("%30s %6d", r.Host, r.Total)
 		for _, n := range r.Counts {
 			line += fmt.Sprintf(" %5d", n)
 		}
 		out = append(out, line)
 	}
-	return out
+	return append(out, d.qshapeNote(now)) // census.go: which part is in core
 }
 
 // why is WHY: one line per recipient, TAB-separated: offset, address,

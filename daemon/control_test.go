@@ -304,7 +304,7 @@ maxring = 10
 		t.Fatal("SHOW THREAD of a thread not in core succeeded")
 	}
 	shape := e.ok("SHOW QSHAPE").Lines
-	if len(shape) != 4 || !regexp.MustCompile(`^\s+TOTAL\s+4\s+4(\s+0)+$`).MatchString(shape[1]) {
+	if len(shape) != 5 || !regexp.MustCompile(`^\s+TOTAL\s+4\s+4(\s+0)+$`).MatchString(shape[1]) {
 		t.Fatalf("qshape:\n%s", strings.Join(shape, "\n"))
 	}
 	counters := strings.Join(e.ok("SHOW COUNTERS").Lines, "\n") + "\n"

@@ -91,9 +91,10 @@ type Daemon struct {
 
 	state stateFile // learned destination state (state.go)
 
-	holds    *holdStore // operator holds kept on disk (holds.go)
-	retry    *journal   // retry state kept on disk (retry.go)
-	statelog *stateLog  // the per-attempt log (statelog.go)
+	holds    *holdStore  // operator holds kept on disk (holds.go)
+	retry    *journal    // retry state kept on disk (retry.go)
+	statelog *stateLog   // the per-attempt log (statelog.go)
+	census   censusState // what waits on disk beyond the core (census.go)
 }
 
 // New prepares a daemon for cfg: it creates the spool directories, the pid
@@ -219,6 +220,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.serveWaiting()
 		d.intakeStep()
 		d.apply()
+		d.censusCheck(d.now())
 		if d.opt.Drain && d.intakeIdle() && d.core.Idle() && d.rm.idle() {
 			l := d.core.Latency()
 			c := d.core.Counters()

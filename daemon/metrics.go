@@ -53,7 +53,7 @@ func (d *Daemon) startMetrics() (*metrics, error) {
 		Help:    "Time from a vertex becoming due (arrival, retry time, end of back-off, release) to its job line being written to an agent.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 22),
 	})
-	m.reg.MustRegister(m.outcomes, m.latency, &gaugeCollector{d: d})
+	m.reg.MustRegister(m.outcomes, m.latency, &gaugeCollector{d: d}, &spoolCollector{d: d}) // census.go
 	listen := d.cfg.Scheduler.MetricsListen
 	if listen == "" {
 		return m, nil

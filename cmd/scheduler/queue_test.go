@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -324,6 +325,14 @@ func TestQueueBeyondActiveLimit(t *testing.T) {
 	if inCore > 10 || out == "" {
 		t.Fatalf("%d messages in core, want at most 10 and some on disk", inCore)
 	}
+	// mailq's totals and qshape count the whole spool, and say what is in core.
+	until(t, "mailq counting the spool", func() bool {
+		return strings.Contains(p.mustCLI("mailq"), "Spool: Msgs 60 Rcpnts 60; in core Msgs 10 Rcpnts 10; on disk only Msgs 50 Rcpnts 50")
+	})
+	if shape := p.mustCLI("qshape"); !regexp.MustCompile(`(?m)^\s+TOTAL\s+60\s`).MatchString(shape) ||
+		!strings.Contains(shape, "on disk only: 50") {
+		t.Fatalf("qshape:\n%s", shape)
+	}
 	why := p.mustCLI("why", out)
 	if !strings.Contains(why, "message "+out) || !strings.Contains(why, "not in core") {
 		t.Fatalf("why %s:\n%s", out, why)
@@ -527,6 +536,11 @@ func TestStatelog(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGHUP)
 	waitLine(t, log, "statelog reopened")
 	p.mustCLI("enqueue", "-from", "s@example.org", "three@c.test")
+	// Mail no clause routes shows in mailq.
+	p.mustCLI("enqueue", "-from", "s@example.org", "local/x.test/nobody")
+	until(t, "the unrouted message in mailq", func() bool {
+		return strings.Contains(p.mustCLI("mailq"), "Unrouted: local/x.test msgs 1 rcpts 1")
+	})
 	until(t, "the third outcome in the new statelog", func() bool { return len(statelogLines(t, statelog)) == 1 })
 	if n := len(statelogLines(t, statelog+".1")); n != 2 {
 		t.Fatalf("rotated statelog has %d lines, want 2", n)
