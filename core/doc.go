@@ -32,9 +32,18 @@
 // to save, and Learn, called after New, restores it.
 //
 // Operator commands (ops.go: HoldThread, HoldMessage, Turn for ETRN, Flush,
-// Kill, Reconfigure for a reload, Quiesce at shutdown) are events like the
-// others: call them with now and carry out Ready afterwards. The views
-// (Rings, Message for WHY, Shape, Gauges, AgentViews) change nothing.
+// Kill, Reconfigure for a reload, Quiesce at shutdown; queue.go:
+// FlushMessage, ReleaseThread by pattern) are events like the others: call
+// them with now and carry out Ready afterwards. The views (Rings, Message
+// for WHY, Shape, Gauges, AgentViews; queue.go: Find by queue id,
+// MessageOf, UnroutedViews, Holds, Oldest) change nothing.
+//
+// What operators set and what retries learned outlive the process
+// (queue.go): the caller restores destination holds with HoldThread before
+// the first Arrive, and gives each Arrival its queue id (QID), its message
+// hold (Held) and its groups' kept retry state (Attempts, Retry, Next): a
+// group whose Next is ahead waits for it. Destination patterns (ParseDest)
+// mean the same in hold, release, flush and ETRN.
 //
 // Agents are named by ids the core chooses (Spawn.Agent); the caller maps
 // them to processes.
