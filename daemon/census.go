@@ -243,3 +243,23 @@ func (c *spoolCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descHeld, float64(heldMsgs), "message")
 	gauge(descHeld, float64(heldDests), "destination")
 }
+
+// QueueSpool is the whole spool in mailq's JSON: in core, and on disk only
+// as last counted (CountedAt; null when all of it is in core).
+type QueueSpool struct {
+	Messages         int        `json:"messages"`
+	Recipients       int        `json:"recipients"`
+	CoreMessages     int        `json:"core_messages"`
+	CoreRecipients   int        `json:"core_recipients"`
+	DiskOnlyMessages int        `json:"disk_only_messages"`
+	DiskOnlyRcpts    int        `json:"disk_only_recipients"`
+	CountedAt        *time.Time `json:"counted_at"`
+}
+
+func (d *Daemon) spoolTotals(now time.Time) QueueSpool {
+	g := d.core.Gauges(now, 0)
+	c := d.census.last
+	return QueueSpool{Messages: g.Messages + c.messages, Recipients: g.Recipients + c.recipients,
+		CoreMessages: g.Messages, CoreRecipients: g.Recipients, DiskOnlyMessages: c.messages,
+		DiskOnlyRcpts: c.recipients, CountedAt: timePtr(c.at)}
+}

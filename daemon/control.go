@@ -797,6 +797,10 @@ type Queue struct {
 	Counters core.Counters `json:"counters"`
 	Rings    []QueueRing   `json:"rings"`
 	Agents   []QueueAgent  `json:"agents"`
+	// Spool counts the whole spool and says which part is in core;
+	// Unrouted is the mail no clause routes (census.go).
+	Spool    QueueSpool      `json:"spool"`
+	Unrouted []core.Unrouted `json:"unrouted"`
 }
 
 // QueueRing is one thread-ring in Queue.
@@ -891,5 +895,7 @@ func (d *Daemon) Queue(now time.Time) Queue {
 		q.Agents = append(q.Agents, QueueAgent{Pid: d.pid(a.ID), Channel: a.Channel, Host: a.Host,
 			State: a.State, Jobs: a.Jobs, Heard: a.Heard.UTC(), Fed: timePtr(a.Fed)})
 	}
+	q.Spool = d.spoolTotals(now)
+	q.Unrouted = append([]core.Unrouted{}, d.core.UnroutedViews()...)
 	return q
 }

@@ -203,6 +203,7 @@ func (d *Daemon) act(now time.Time, v opVerb, t target, dry bool, who []any) (st
 			if err := d.core.Kill(now, lk.QID); err != nil {
 				return "", err
 			}
+			d.apply() // its files go now: the answer says it is gone
 		} else {
 			// Off the loop, the walk removes the files (removeKilled);
 			// meanwhile no read may take the message into core.

@@ -237,13 +237,19 @@ func cmdBulk(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 		if *from != "" {
 			words = append(words, "from="+*from)
 		}
-		if err := streamCmd(c, name, strings.Join(words, " "), stdout); err != nil {
-			failed = append(failed, err)
-		}
+		err := streamCmd(c, name, strings.Join(words, " "), stdout)
 		if all && name == "release" && !*dry {
-			if rep, err := c.Do("RELEASE THREAD */*"); err == nil && rep.OK {
+			// ALL ends the destination holds too; it failed only if
+			// nothing at all was held.
+			if rep, rerr := c.Do("RELEASE THREAD */*"); rerr == nil && rep.OK {
 				fmt.Fprintln(stdout, rep.Text)
+				if err != nil && strings.Contains(err.Error(), "nothing matched") {
+					err = nil
+				}
 			}
+		}
+		if err != nil {
+			failed = append(failed, err)
 		}
 	}
 	for len(ids) > 0 {
