@@ -16,13 +16,19 @@ import (
 // spool and say which part is in core. The core counts what it holds,
 // exactly and at once; what is only on disk is counted by a walk over the
 // spool (the listing's walk: read-only, off the loop, a batch at a time)
-// at most every censusEvery, and only while the core is at one of its
+// at most every censusEvery (longer on a large spool), and only while the core is at one of its
 // limits — otherwise every message of the spool is in core (or on its way
 // there) and there is nothing to count. Its figures are as old as the
 // walk; the views say how old.
 
-// censusEvery is the least time between two walks.
-const censusEvery = 30 * time.Second
+// censusEvery is the least time between two walks; and a walk is followed
+// by at least censusIdle times its own duration without one, so that on a
+// large spool the census takes a tenth of the time at most (a walk over
+// 200 000 files takes a minute on a busy machine).
+const (
+	censusEvery = 30 * time.Second
+	censusIdle  = 9
+)
 
 // censusResult is the part of the spool a walk found outside the core.
 type censusResult struct {
@@ -96,7 +102,7 @@ func (d *Daemon) walkCensus() {
 	d.inLoop(func() {
 		c := &d.census
 		c.running = false
-		c.next = d.now().Add(censusEvery)
+		c.next = d.now().Add(max(censusEvery, censusIdle*time.Since(start)))
 		if err != nil {
 			d.log.Warn("counting the spool", "error", err)
 			return
