@@ -221,6 +221,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.intakeStep()
 		d.apply()
 		d.censusCheck(d.now())
+		d.commitHolds() // holds of messages that left the spool (holds.go)
 		if d.opt.Drain && d.intakeIdle() && d.core.Idle() && d.rm.idle() {
 			l := d.core.Latency()
 			c := d.core.Counters()
@@ -299,6 +300,7 @@ func (d *Daemon) serveWaiting() {
 
 func (d *Daemon) close() {
 	d.stopOps()
+	d.commitHolds()
 	d.retry.close()
 	d.statelog.close()
 	if d.conn != nil {

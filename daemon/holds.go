@@ -40,6 +40,7 @@ type holdStore struct {
 	path  string
 	dests map[core.Dest]time.Time // pattern → when set
 	msgs  map[string]time.Time    // queue id → when set
+	dirty bool                    // changed since the last save (commitHolds)
 }
 
 func newHoldStore(stateDir string) *holdStore {
@@ -219,6 +220,16 @@ func (d *Daemon) saveHolds() error {
 	return nil
 }
 
+// commitHolds saves the holds if they changed: once for a batch of
+// message holds, before the command answers.
+func (d *Daemon) commitHolds() error {
+	if d.holds == nil || !d.holds.dirty {
+		return nil
+	}
+	d.holds.dirty = false
+	return d.saveHolds()
+}
+
 // msgHeld reports whether a message hold is kept for qid.
 func (d *Daemon) msgHeld(qid string) bool {
 	if d.holds == nil {
@@ -237,5 +248,5 @@ func (d *Daemon) holdEnded(qid string) {
 		return
 	}
 	delete(d.holds.msgs, qid)
-	d.saveHolds()
+	d.holds.dirty = true
 }

@@ -213,20 +213,16 @@ func (d *Daemon) act(now time.Time, v opVerb, t target, dry bool, who []any) (st
 		d.retry.forget('X', t.qid)
 		d.holdEnded(t.qid)
 	case opHold:
+		// Saved once for the batch (commitHolds), before the answer.
 		d.holds.msgs[t.qid] = now
-		if err := d.saveHolds(); err != nil {
-			delete(d.holds.msgs, t.qid)
-			return "", err
-		}
+		d.holds.dirty = true
 		if inCore {
 			d.core.HoldMessage(now, lk.QID)
 		}
 	case opRelease:
 		if _, ok := d.holds.msgs[t.qid]; ok {
 			delete(d.holds.msgs, t.qid)
-			if err := d.saveHolds(); err != nil {
-				return "", err
-			}
+			d.holds.dirty = true
 		}
 		if inCore {
 			d.core.ReleaseMessage(now, lk.QID)
@@ -630,25 +626,49 @@ func (d *Daemon) bulk(v opVerb, args []string, who []any) control.Reply {
 	return control.Stream(func(emit func(string) bool) error {
 		n := 0
 		var failed []string
-		one := func(t target) bool {
-			var line string
-			var err error
-			if !d.inLoop(func() { line, err = d.act(d.now(), v, t, dry, who) }, loopWait) {
-				err = errLoop
+		// many acts on a group of messages in one call on the loop, and
+		// saves the holds once for them, before any is reported.
+		many := func(ts []target) bool {
+			lines := make([]string, len(ts))
+			errs := make([]error, len(ts))
+			if !d.inLoop(func() {
+				now := d.now()
+				for i, t := range ts {
+					lines[i], errs[i] = d.act(now, v, t, dry, who)
+				}
+				if err := d.commitHolds(); err != nil {
+					for i := range errs {
+						if errs[i] == nil && lines[i] != "" {
+							errs[i] = err
+						}
+					}
+				}
+			}, loopWait) {
+				for i := range errs {
+					errs[i] = errLoop
+				}
 			}
-			if err == nil && line != "" && v == opKill && !dry && t.files.Rel != "" && !strings.HasSuffix(line, "in core") {
-				err = d.removeKilled(t)
-			}
-			switch {
-			case err != nil:
-				failed = append(failed, t.qid)
-				return emit(fmt.Sprintf("%s\tnot %s: %v", t.qid, opDone[v], err))
-			case line != "":
-				n++
-				return emit(line)
+			for i, t := range ts {
+				line, err := lines[i], errs[i]
+				if err == nil && line != "" && v == opKill && !dry && t.files.Rel != "" && !strings.HasSuffix(line, "in core") {
+					err = d.removeKilled(t)
+				}
+				ok := true
+				switch {
+				case err != nil:
+					failed = append(failed, t.qid)
+					ok = emit(fmt.Sprintf("%s\tnot %s: %v", t.qid, opDone[v], err))
+				case line != "":
+					n++
+					ok = emit(line)
+				}
+				if !ok {
+					return false
+				}
 			}
 			return true
 		}
+		var group []target
 		for _, id := range sel.ids {
 			t, err := d.resolve(id)
 			if err != nil {
@@ -658,20 +678,28 @@ func (d *Daemon) bulk(v opVerb, args []string, who []any) control.Reply {
 				}
 				continue
 			}
-			if !one(t) {
-				return nil
+			if group = append(group, t); len(group) == walkBatch {
+				if !many(group) {
+					return nil
+				}
+				group = group[:0]
 			}
+		}
+		if len(group) > 0 && !many(group) {
+			return nil
 		}
 		if sel.walks() {
 			err := d.walk(func(batch []onDisk, entries []QueueMessage) error {
+				var ts []target
 				for i := range entries {
 					if !sel.all && !sel.matches(&entries[i]) {
 						continue
 					}
 					o := batch[i]
-					if !one(target{rel: o.rel, qid: o.qid, control: o.f.Control, files: o.f.Files(o.rel)}) {
-						return errors.New("daemon: client gone")
-					}
+					ts = append(ts, target{rel: o.rel, qid: o.qid, control: o.f.Control, files: o.f.Files(o.rel)})
+				}
+				if len(ts) > 0 && !many(ts) {
+					return errors.New("daemon: client gone")
 				}
 				return nil
 			}, func(string, error) {})
@@ -726,6 +754,9 @@ func (d *Daemon) single(req *control.Request, v opVerb, id string) {
 	}
 	if lk.InCore {
 		line, err := d.act(now, v, target{rel: lk.Path, qid: lk.QID, inum: lk.Inum}, false, peerArgs(req.Peer))
+		if err == nil {
+			err = d.commitHolds()
+		}
 		if err != nil {
 			req.Respond(control.Fail(err.Error()))
 			return
@@ -736,7 +767,11 @@ func (d *Daemon) single(req *control.Request, v opVerb, id string) {
 	go func() {
 		t, err := d.resolve(id)
 		var line string
-		if err == nil && !d.inLoop(func() { line, err = d.act(d.now(), v, t, false, peerArgs(req.Peer)) }, loopWait) {
+		if err == nil && !d.inLoop(func() {
+			if line, err = d.act(d.now(), v, t, false, peerArgs(req.Peer)); err == nil {
+				err = d.commitHolds()
+			}
+		}, loopWait) {
 			err = errLoop
 		}
 		if err == nil && v == opKill && line != "" && !strings.HasSuffix(line, "in core") {
