@@ -213,7 +213,7 @@ func cmdBulk(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 		case err != nil:
 			return fmt.Errorf("%s: %w", name, err)
 		case !rep.OK:
-			failed = append(failed, fmt.Errorf("%s %s: %s", name, p, rep.Text))
+			failed = append(failed, fmt.Errorf("%s: %s", name, rep.Text))
 		default:
 			fmt.Fprintln(stdout, rep.Text)
 		}

@@ -215,17 +215,17 @@ func TestHoldsSurviveRestart(t *testing.T) {
 		got := delivered(t, dlog)
 		return got["m@msg.test"] == 1 && got["a@x.held.test"] == 1 && got["c@y.held.test"] == 1
 	})
-	for _, want := range []string{`hold released: dest="smtp/*.held.test"`, "message released by the operator: msg=" + heldID} {
+	for _, want := range []string{`release: thread="smtp/*.held.test"`, "release: msg=" + heldID + " in_core=true"} {
 		waitLine(t, log, want) // the log is written in blocks at most 50 ms old
 		if n := strings.Count(log.String(), want); n != 1 {
 			t.Fatalf("%d lines %q, want 1\n%s", n, want, tail(log.String(), 30))
 		}
 	}
-	if out, code := p.cli("", "release", "smtp/*.held.test"); code != 1 || !strings.Contains(out, "no destination hold matches") {
+	if out, code := p.cli("", "release", "smtp/*.held.test"); code != 1 || !strings.Contains(out, "no hold on") {
 		t.Fatalf("release of nothing held: exit %d: %s", code, out)
 	}
 	// Globs mean the same in flush: a bare host is every channel's.
-	if out, code := p.cli("", "flush", "nothing.test"); code != 1 || !strings.Contains(out, "no destination in core matches") {
+	if out, code := p.cli("", "flush", "nothing.test"); code != 1 || !strings.Contains(out, "no thread in core matches") {
 		t.Fatalf("flush of nothing: exit %d: %s", code, out)
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
@@ -377,8 +377,8 @@ func TestQueueBeyondActiveLimit(t *testing.T) {
 	if len(left.Messages) != 59-killed {
 		t.Fatalf("%d messages left, want %d", len(left.Messages), 59-killed)
 	}
-	until(t, "the kill log lines", func() bool { return strings.Count(log.String(), "message killed by the operator") >= killed+1 })
-	if n := strings.Count(log.String(), "message killed by the operator"); n != killed+1 {
+	until(t, "the kill log lines", func() bool { return strings.Count(log.String(), "kill request: msg=") >= killed+1 })
+	if n := strings.Count(log.String(), "kill request: msg="); n != killed+1 {
 		t.Fatalf("%d kill log lines, want %d (one per message)", n, killed+1)
 	}
 	if got, code := p.cli("", "kill", "-dest", "smtp/nowhere.test"); code != 1 || !strings.Contains(got, "nothing matched") {
