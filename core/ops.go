@@ -20,8 +20,9 @@ import (
 // (Turn), flush, kill and reload (Reconfigure). Like every other event they
 // take now and leave their effects in Ready; none of them blocks or does I/O.
 
-// ErrNoMessage is returned for an id that names no message in core.
-var ErrNoMessage = errors.New("core: no such message in core")
+// ErrNoMessage is returned for an id that names no message in core; the
+// daemon wraps it for one that is in the spool neither.
+var ErrNoMessage = errors.New("core: no such message")
 
 // ErrReload is wrapped by every reason Reconfigure refuses a configuration.
 var ErrReload = errors.New("core: reload refused")

@@ -175,7 +175,7 @@ func (e *opsEnv) waitFor(what string, cond func() bool) {
 func (e *opsEnv) why(msg string) []string {
 	e.t.Helper()
 	rep := e.do("WHY " + msg)
-	if !rep.OK && strings.Contains(rep.Text, "no such message in core") {
+	if !rep.OK && strings.Contains(rep.Text, "no such message") {
 		return nil
 	}
 	if !rep.OK {

@@ -123,7 +123,7 @@ func (d *Daemon) findOnDisk(id string) (onDisk, error) {
 	}
 	switch {
 	case len(found) == 0:
-		return onDisk{}, fmt.Errorf("%w: no message %s in the spool", core.ErrNoMessage, id)
+		return onDisk{}, fmt.Errorf("%w: %s is not in the spool", core.ErrNoMessage, id)
 	case m.qid:
 		for _, o := range found {
 			if o.qid == m.queueID() {
@@ -656,7 +656,7 @@ func (d *Daemon) bulk(v opVerb, args []string, who []any) control.Reply {
 				ok := true
 				switch {
 				case err != nil:
-					failed = append(failed, t.qid)
+					failed = append(failed, fmt.Sprintf("%s: %v", t.qid, err))
 					ok = emit(fmt.Sprintf("%s\tnot %s: %v", t.qid, opDone[v], err))
 				case line != "":
 					n++
@@ -672,7 +672,7 @@ func (d *Daemon) bulk(v opVerb, args []string, who []any) control.Reply {
 		for _, id := range sel.ids {
 			t, err := d.resolve(id)
 			if err != nil {
-				failed = append(failed, id)
+				failed = append(failed, fmt.Sprintf("%s: %v", id, err))
 				if !emit(fmt.Sprintf("%s\tnot %s: %v", id, opDone[v], err)) {
 					return nil
 				}
@@ -714,9 +714,10 @@ func (d *Daemon) bulk(v opVerb, args []string, who []any) control.Reply {
 		emit(fmt.Sprintf("%d messages %s", n, verb))
 		switch {
 		case n == 0 && len(failed) == 0:
-			return fmt.Errorf("%s: nothing matched", opNames[v])
+			return errors.New("nothing matched") // the client names the command
 		case len(failed) > 0:
-			return fmt.Errorf("%s: %d messages not %s", opNames[v], len(failed), opDone[v])
+			// The first reason too: the listing is on stdout, this on stderr.
+			return fmt.Errorf("%d messages not %s (%s)", len(failed), opDone[v], failed[0])
 		}
 		return nil
 	})
