@@ -52,8 +52,8 @@ type Verb struct {
 	Help    string
 }
 
-// Verbs are every command, longest names first so that parsing matches
-// "SHOW QUEUE THREADS2" before "SHOW QUEUE THREADS".
+// Verbs are every command; parse takes the one with the longest name that
+// a line starts with.
 var Verbs = []Verb{
 	{"SHOW QUEUE THREADS2", PermTT, 0, 0, "SHOW QUEUE THREADS2: one tab-separated line per thread"},
 	{"SHOW QUEUE THREADS", PermTT, 0, 0, "SHOW QUEUE THREADS: the thread report (mailq, mailq -Q)"},
@@ -88,13 +88,16 @@ var sessionHelp = []string{
 	"QUIT: end the session (EXIT too)",
 }
 
-// parse splits a command line into its verb and arguments. ok is false for
-// an unknown command or a wrong number of arguments.
+// parse splits a command line into its verb and arguments: the verb whose
+// name takes the most words ("FLUSH MSGS x" is FLUSH MSGS, not FLUSH with
+// two arguments). ok is false for an unknown command or a wrong number of
+// arguments.
 func parse(line string) (v Verb, args []string, ok bool) {
 	words := strings.Fields(line)
+	best := -1
 	for _, cand := range Verbs {
 		name := strings.Fields(cand.Name)
-		if len(words) < len(name) {
+		if len(words) < len(name) || len(name) <= best {
 			continue
 		}
 		match := true
@@ -104,16 +107,15 @@ func parse(line string) (v Verb, args []string, ok bool) {
 				break
 			}
 		}
-		if !match {
-			continue
+		if match {
+			v, best = cand, len(name)
 		}
-		args = words[len(name):]
-		if len(args) < cand.MinArgs || (cand.MaxArgs >= 0 && len(args) > cand.MaxArgs) {
-			return cand, args, false
-		}
-		return cand, args, true
 	}
-	return Verb{}, nil, false
+	if best < 0 {
+		return Verb{}, nil, false
+	}
+	args = words[best:]
+	return v, args, len(args) >= v.MinArgs && (v.MaxArgs < 0 || len(args) <= v.MaxArgs)
 }
 
 // Reply is the answer to one command.

@@ -22,25 +22,6 @@ import (
 // idsPerRequest bounds the ids sent in one control line (its limit is 4 KiB).
 const idsPerRequest = 100
 
-// dial connects to the running scheduler named by -socket or the config.
-func dial(name, socket, cfgPath string, timeout time.Duration) (*control.Client, error) {
-	if socket == "" {
-		cfg, err := loadConfig(cfgPath)
-		if err != nil {
-			return nil, err
-		}
-		socket = cfg.Scheduler.ControlSocket
-	}
-	c, err := control.Dial(socket, timeout)
-	if err != nil {
-		if errors.Is(err, control.ErrNotRunning) {
-			return nil, fmt.Errorf("%s: the scheduler is not running (nothing listens on %s)", name, socket)
-		}
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return c, nil
-}
-
 // streamCmd sends one command and prints its listing as it comes.
 func streamCmd(c *control.Client, name, line string, stdout io.Writer) error {
 	w := bufio.NewWriterSize(stdout, 64<<10)
@@ -93,7 +74,7 @@ func cmdQueue(args []string, stdout, stderr io.Writer) error {
 	if *from != "" {
 		words = append(words, "from="+*from)
 	}
-	c, err := dial("queue", *socket, *path, *timeout)
+	c, err := dialScheduler("queue", *socket, *path, *timeout)
 	if err != nil {
 		return err
 	}
@@ -117,7 +98,7 @@ func cmdCat(args []string, stdout, stderr io.Writer) error {
 	if *body {
 		line += " body"
 	}
-	c, err := dial("cat", *socket, *path, *timeout)
+	c, err := dialScheduler("cat", *socket, *path, *timeout)
 	if err != nil {
 		return err
 	}
@@ -186,7 +167,7 @@ func cmdBulk(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 	if len(ids) == 0 && len(patterns) == 0 && !selects && name != "flush" {
 		return usagef("%s: no message named or selected", name)
 	}
-	c, err := dial(name, *socket, *path, *timeout)
+	c, err := dialScheduler(name, *socket, *path, *timeout)
 	if err != nil {
 		return err
 	}
@@ -274,12 +255,12 @@ func queueCommands() []command {
 		{"queue", "every message in the spool, in core or on disk, with each recipient's state (postqueue -p/-j)",
 			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				return cmdQueue(args, stdout, stderr)
-			}},
+			}, true},
 		{"cat", "a message's control file decoded, its headers, and with -body its body (postcat)",
-			func(args []string, _ io.Reader, stdout, stderr io.Writer) error { return cmdCat(args, stdout, stderr) }},
-		{"kill", "remove messages and their files, without a DSN (ids, -, -dest, -from, ALL; -n: say what)", bulk("kill")},
-		{"hold", "hold messages (ids, -, -dest, -from), or a destination pattern (also mail that arrives later)", bulk("hold")},
-		{"release", "end holds: of messages (ids, -, -dest, -from, ALL) or of a destination pattern", bulk("release")},
-		{"flush", "retry now: messages (ids, -, -dest, -from), or destinations (a pattern; none: all)", bulk("flush")},
+			func(args []string, _ io.Reader, stdout, stderr io.Writer) error { return cmdCat(args, stdout, stderr) }, true},
+		{"kill", "remove messages and their files, without a DSN (ids, -, -dest, -from, ALL; -n: say what)", bulk("kill"), true},
+		{"hold", "hold messages (ids, -, -dest, -from), or a destination pattern (also mail that arrives later)", bulk("hold"), true},
+		{"release", "end holds: of messages (ids, -, -dest, -from, ALL) or of a destination pattern", bulk("release"), true},
+		{"flush", "retry now: messages (ids, -, -dest, -from), or destinations (a pattern; none: all)", bulk("flush"), true},
 	}
 }
