@@ -21,9 +21,10 @@ var queueScale = flag.Int("queue.scale", 0, "TestQueueListingScale: recipients o
 // TestQueueListingScale measures `scheduler queue -json | wc -c` on a
 // large spool (issue 17): -queue.scale recipients on disk, a 200 000
 // recipient active limit, a slow agent delivering all along. It reports
-// the listing's time and size, the scheduler's peak RSS during the listing
-// and during an equal time without one (interleaved, three rounds), and
-// the deliveries made during each. A measurement, not a CI test:
+// the listing's time, size and the command's own peak RSS, the
+// scheduler's peak RSS during the listing and during an equal time
+// without one (interleaved, three rounds), and the deliveries made during
+// each. A measurement, not a CI test:
 //
 //	go test ./cmd/scheduler -run QueueListingScale -queue.scale 1000000 -v -timeout 60m
 func TestQueueListingScale(t *testing.T) {
@@ -65,6 +66,7 @@ func TestQueueListingScale(t *testing.T) {
 		listing          bool
 		secs             float64
 		peakKB, bytes    int64
+		clientKB         int64 // the listing command's own peak RSS
 		deliveries, msgs int
 	}
 	var rounds []round
@@ -87,6 +89,9 @@ func TestQueueListingScale(t *testing.T) {
 				t.Fatalf("queue -json: %v\n%s", err, stderr.String())
 			}
 			r.bytes = n
+			if ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage); ok {
+				r.clientKB = ru.Maxrss // KiB on Linux
+			}
 			listingTime = time.Since(t0)
 		} else {
 			time.Sleep(listingTime) // the same window without a listing: a measurement, not a synchronisation
@@ -95,8 +100,8 @@ func TestQueueListingScale(t *testing.T) {
 		r.peakKB = peakRSS(t, pid)
 		r.deliveries = outcomes() - before
 		rounds = append(rounds, r)
-		t.Logf("round %d listing=%v: %.1f s, %d bytes, peak RSS %d KiB, %d outcomes during it",
-			i, r.listing, r.secs, r.bytes, r.peakKB, r.deliveries)
+		t.Logf("round %d listing=%v: %.1f s, %d bytes, peak RSS %d KiB (the listing command's %d KiB), %d outcomes during it",
+			i, r.listing, r.secs, r.bytes, r.peakKB, r.clientKB, r.deliveries)
 	}
 	med := func(listing bool, f func(round) float64) float64 {
 		var v []float64
