@@ -64,7 +64,7 @@ func (d *Daemon) startMetrics() (*metrics, error) {
 	for _, k := range kinds {
 		m.observed[k] = obs.WithLabelValues(k.String())
 	}
-	m.reg.MustRegister(m.outcomes, m.latency, obs, &gaugeCollector{d: d})
+	m.reg.MustRegister(m.outcomes, m.latency, obs, &gaugeCollector{d: d}, &spoolCollector{d: d}) // census.go
 	listen := d.cfg.Scheduler.MetricsListen
 	if listen == "" {
 		return m, nil
