@@ -128,6 +128,10 @@ func TestCommandsReachTheLoopParsed(t *testing.T) {
 		{"ETRN @example.com 192.0.2.1", "ETRN", "[@example.com 192.0.2.1]"},
 		{"KILL MSG A/12345", "KILL MSG", "[A/12345]"},
 		{"FLUSH", "FLUSH", "[]"},
+		{"FLUSH smtp/*.test", "FLUSH", "[smtp/*.test]"},
+		{"FLUSH MSGS from=a@b.test", "FLUSH MSGS", "[from=a@b.test]"},
+		{"FLUSH MSGS dry 123.abc 456.def", "FLUSH MSGS", "[dry 123.abc 456.def]"},
+		{"KILL MSGS dest=x.test", "KILL MSGS", "[dest=x.test]"},
 		{"HOLD THREAD smtp/x.test", "HOLD THREAD", "[smtp/x.test]"},
 	} {
 		rep, err := c.Do(tc.line)

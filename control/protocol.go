@@ -52,8 +52,8 @@ type Verb struct {
 	Help    string
 }
 
-// Verbs are every command, longest names first so that parsing matches
-// "SHOW QUEUE THREADS2" before "SHOW QUEUE THREADS".
+// Verbs are every command; parse takes the one with the longest name that
+// a line starts with.
 var Verbs = []Verb{
 	{"SHOW QUEUE THREADS2", PermTT, 0, 0, "SHOW QUEUE THREADS2: one tab-separated line per thread"},
 	{"SHOW QUEUE THREADS", PermTT, 0, 0, "SHOW QUEUE THREADS: the thread report (mailq, mailq -Q)"},
@@ -72,6 +72,13 @@ var Verbs = []Verb{
 	{"RELEASE MSG", PermHold, 1, 1, "RELEASE MSG id: end a message hold (release)"},
 	{"WHY", PermTT, 1, 1, "WHY id: why each recipient of a message is waiting (why)"},
 	{"RELOAD", PermReload, 0, 0, "RELOAD: re-read the configuration (reload)"},
+	// Issue 17: the whole spool, bulk operations and postcat.
+	{"SHOW QUEUE MESSAGES", PermTT, 0, -1, "SHOW QUEUE MESSAGES [json] [held] [deferred] [dest=GLOB] [from=ADDR]: every message in the spool (queue)"},
+	{"SHOW MSG", PermTT, 1, 2, "SHOW MSG id [body]: the control file decoded, headers, body (cat)"},
+	{"KILL MSGS", PermKill, 1, -1, "KILL MSGS [dry] [all] [dest=GLOB] [from=ADDR] [id...]: kill many (kill)"},
+	{"HOLD MSGS", PermHold, 1, -1, "HOLD MSGS [dry] [dest=GLOB] [from=ADDR] [id...]: hold many messages (hold)"},
+	{"RELEASE MSGS", PermHold, 1, -1, "RELEASE MSGS [dry] [all] [dest=GLOB] [from=ADDR] [id...]: release many (release)"},
+	{"FLUSH MSGS", PermFlush, 1, -1, "FLUSH MSGS [dry] [dest=GLOB] [from=ADDR] [id...]: retry many now (flush)"},
 }
 
 // sessionHelp is HELP's text for the words every session takes.
@@ -81,13 +88,16 @@ var sessionHelp = []string{
 	"QUIT: end the session (EXIT too)",
 }
 
-// parse splits a command line into its verb and arguments. ok is false for
-// an unknown command or a wrong number of arguments.
+// parse splits a command line into its verb and arguments: the verb whose
+// name takes the most words ("FLUSH MSGS x" is FLUSH MSGS, not FLUSH with
+// two arguments). ok is false for an unknown command or a wrong number of
+// arguments.
 func parse(line string) (v Verb, args []string, ok bool) {
 	words := strings.Fields(line)
+	best := -1
 	for _, cand := range Verbs {
 		name := strings.Fields(cand.Name)
-		if len(words) < len(name) {
+		if len(words) < len(name) || len(name) <= best {
 			continue
 		}
 		match := true
@@ -97,16 +107,15 @@ func parse(line string) (v Verb, args []string, ok bool) {
 				break
 			}
 		}
-		if !match {
-			continue
+		if match {
+			v, best = cand, len(name)
 		}
-		args = words[len(name):]
-		if len(args) < cand.MinArgs || (cand.MaxArgs >= 0 && len(args) > cand.MaxArgs) {
-			return cand, args, false
-		}
-		return cand, args, true
 	}
-	return Verb{}, nil, false
+	if best < 0 {
+		return Verb{}, nil, false
+	}
+	args = words[best:]
+	return v, args, len(args) >= v.MinArgs && (v.MaxArgs < 0 || len(args) <= v.MaxArgs)
 }
 
 // Reply is the answer to one command.
@@ -115,6 +124,9 @@ type Reply struct {
 	Text  string   // the status line after "+" or "-"
 	Lines []string // the body of a listing
 	Multi bool     // a listing: "+OK until LF.LF", Lines, "."
+	// stream, when set, produces the listing's lines after the loop has
+	// answered (Stream, stream.go).
+	stream func(emit func(string) bool) error
 }
 
 // OK is a one-line success reply.

@@ -572,6 +572,9 @@ func (ss *session) command(line string) bool {
 	}
 	select {
 	case rep := <-req.reply:
+		if rep.stream != nil {
+			return ss.sendStream(rep.stream)
+		}
 		return ss.send(rep.encode()...)
 	case <-ss.s.done:
 		ss.send("-scheduler shutting down")

@@ -13,11 +13,16 @@ import (
 // Arrival is a control file read from the queue, reduced to what the core
 // schedules: its pending recipients grouped per (channel, host).
 type Arrival struct {
-	Inum    int64
-	Path    string // relative to postoffice/transport
-	ID      string // body file name
+	Inum int64
+	Path string // relative to postoffice/transport
+	ID   string // body file name
+	// QID is the message's queue id (ctlfile.File.QueueID), what logs and
+	// commands name it by; "" means Path.
+	QID     string
 	Arrival time.Time
 	Bounce  bool
+	// Held places the message on operator hold (a hold kept on disk).
+	Held bool
 	// Warned says a delay warning was already sent for the message (a d
 	// line with action "delayed" in the file): not again after a restart.
 	Warned bool
@@ -35,6 +40,12 @@ type Group struct {
 	Channel string
 	Host    string
 	Rcpts   []vertex.Rcpt
+	// Retry state kept across a restart (the daemon's retry journal): the
+	// vertex's attempts so far, its index into the clause's retries, and
+	// its next attempt time (zero: due now). See restoreRetry.
+	Attempts int
+	Retry    int
+	Next     time.Time
 }
 
 // Spawn asks for a new agent running the command of Clause for Channel and
@@ -86,6 +97,7 @@ type Outcome struct {
 	Status   string // a status word, or "expired", "gone"
 	Delay    time.Duration
 	Attempts int
+	Retry    int       // the vertex's retry index after this attempt (kept across a restart)
 	Next     time.Time // next retry, zero when final
 	Text     string
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"zsched/config"
 	"zsched/thread"
 	"zsched/vertex"
 )
@@ -19,43 +18,9 @@ import (
 // every other event they take now and leave their effects in Ready; none
 // of them blocks or does I/O.
 
-// ErrNoMessage is returned for an id that names no message in core.
-var ErrNoMessage = errors.New("core: no such message in core")
-
-// HoldThread holds the destination (channel, host): no agent is fed from it
-// until ReleaseThread. The hold outlives the thread, so mail arriving later
-// for the destination is held too. Agents on it finish their current jobs.
-// It reports whether a thread was in core.
-func (s *Core) HoldThread(now time.Time, channel, host string) bool {
-	s.event("HoldThread")
-	host = strings.ToLower(host)
-	s.heldDests[[2]string{channel, host}] = true
-	t := s.findThread(channel, host)
-	if t == nil {
-		return false
-	}
-	t.Held = true
-	s.update(t, now)
-	return true
-}
-
-// ReleaseThread ends a destination hold; it reports whether there was one.
-func (s *Core) ReleaseThread(now time.Time, channel, host string) bool {
-	s.event("ReleaseThread")
-	host = strings.ToLower(host)
-	k := [2]string{channel, host}
-	was := s.heldDests[k]
-	delete(s.heldDests, k)
-	t := s.findThread(channel, host)
-	if t == nil {
-		return was
-	}
-	was = was || t.Held
-	t.Held = false
-	s.redue(t, now)
-	s.update(t, now)
-	return was
-}
+// ErrNoMessage is returned for an id that names no message in core; the
+// daemon wraps it for one that is in the spool neither.
+var ErrNoMessage = errors.New("core: no such message")
 
 // HoldMessage keeps a message's vertices from being fed until
 // ReleaseMessage; vertices with an agent now finish their attempt first and
@@ -148,14 +113,18 @@ func (s *Core) ETRN(now time.Time, name string) int {
 	if i := strings.IndexAny(name, " \t"); i >= 0 {
 		name = name[:i]
 	}
-	match := func(host string) bool { return host == name }
-	if dom, ok := strings.CutPrefix(name, "@"); ok {
-		dom = strings.TrimPrefix(dom, ".")
-		match = func(host string) bool { return host == dom || strings.HasSuffix(host, "."+dom) }
-	}
-	if name == "" || name == "@" {
+	if name == "" || name == "@" || strings.Contains(name, "/") {
 		return 0
 	}
+	p, err := ParseDest(name)
+	if err != nil {
+		return 0
+	}
+	m, err := p.Compile()
+	if err != nil {
+		return 0
+	}
+	match := func(host string) bool { return m.Match("", host) }
 	var ts []*thread.Thread
 	for _, t := range s.threads {
 		if match(t.Host) {
@@ -183,30 +152,24 @@ func (s *Core) ETRN(now time.Time, name string) int {
 
 // Flush makes every vertex of the selected threads due now and ends their
 // back-off (a dead destination gets its probe). sel is "" for every thread,
-// or "channel/host" with ZMailer globs ("smtp/*.example.com"); a bare
-// channel means all its hosts. Queueonly threads stay waiting for ETRN.
+// or a destination pattern (ParseDest: "smtp/*.example.com", a bare host
+// glob for every channel, "@domain"). Queueonly threads stay waiting for
+// ETRN.
 // It returns how many threads matched.
 func (s *Core) Flush(now time.Time, sel string) (int, error) {
 	s.event("Flush")
-	chSrc, hostSrc := "*", "*"
-	if sel = strings.TrimSpace(sel); sel != "" {
-		chSrc, hostSrc, _ = strings.Cut(sel, "/")
-		if hostSrc == "" {
-			hostSrc = "*"
-		}
+	p, err := ParseDest(sel)
+	if err != nil {
+		return 0, fmt.Errorf("core: flush: %w", err)
 	}
 	// Compiled once, matched in linear time against every thread.
-	chPat, err := config.CompileGlob(strings.ToLower(chSrc))
+	m, err := p.Compile()
 	if err != nil {
-		return 0, fmt.Errorf("core: flush %q: %w", sel, err)
-	}
-	hostPat, err := config.CompileGlob(strings.ToLower(hostSrc))
-	if err != nil {
-		return 0, fmt.Errorf("core: flush %q: %w", sel, err)
+		return 0, fmt.Errorf("core: flush: %w", err)
 	}
 	var ts []*thread.Thread
 	for _, t := range s.threads {
-		if chPat.Match(strings.ToLower(t.Channel)) && hostPat.Match(t.Host) {
+		if m.Match(t.Channel, t.Host) {
 			ts = append(ts, t)
 		}
 	}
@@ -215,7 +178,7 @@ func (s *Core) Flush(now time.Time, sel string) (int, error) {
 		s.makeDue(t, now)
 		s.update(t, now)
 	}
-	s.flushThrottles(now, func(ch string) bool { return chPat.Match(strings.ToLower(ch)) })
+	s.flushThrottles(now, m.MatchChannel)
 	return len(ts), nil
 }
 

@@ -45,18 +45,28 @@
 // to save (it changes nothing; Tick forgets what is too old to keep), and
 // Learn, called after New, restores it.
 //
-// Operator commands (commands.go: HoldThread, HoldMessage, ETRN, Flush,
-// Kill, Quiesce at shutdown; reload.go: Reconfigure) are events like the
+// Operator commands (commands.go: HoldMessage, ETRN, Flush, Kill,
+// Quiesce at shutdown; queue.go: HoldThread and ReleaseThread by pattern,
+// FlushMessage; reload.go: Reconfigure) are events like the
 // others: call them with now and take the batch afterwards. The views
 // (views.go: Rings, Thread, Gauges, Shape, AgentViews; why.go: Message for
-// WHY, ThreadVertices) change nothing.
+// WHY, ThreadVertices; queue.go: Find by queue id, MessageOf,
+// UnroutedViews, Holds, Oldest) change nothing.
 //
 // The files, by concern: scheduler.go (the Core, placement, the agenda),
 // action.go (the batch and its steps), agents.go (feeding agents, their
 // lines and exits), report.go (what a report means), order.go (the rings'
 // feed order), feedback.go, retry.go (retry, expiry, delay warnings),
-// destinations.go (learned state), observation.go (what the batch reports
+// destinations.go (learned state), queue.go (queue ids, holds and retry
+// state that outlive the process, destination patterns), observation.go (what the batch reports
 // besides effects), check.go (invariants, for tests).
+//
+// What operators set and what retries learned outlive the process
+// (queue.go): the caller restores destination holds with HoldThread before
+// the first Arrive, and gives each Arrival its queue id (QID), its message
+// hold (Held) and its groups' kept retry state (Attempts, Retry, Next): a
+// group whose Next is ahead waits for it. Destination patterns (ParseDest)
+// mean the same in hold, release, flush and ETRN.
 //
 // What others need from the core is data in the batch or a view; the
 // core's logger is for diagnostics only, and nothing parses its lines.

@@ -215,7 +215,7 @@ func (s *Core) outcome(a *agent, v *vertex.Vertex, r vertex.Rcpt, status, text s
 	s.ready.Outcomes = append(s.ready.Outcomes, Outcome{
 		Path: v.Msg.Path, Inum: v.Msg.Inum, Offset: r.Offset, User: r.User,
 		Channel: v.Channel, Host: v.Host, Agent: a.id, Status: status,
-		Delay: now.Sub(v.Msg.Arrival), Attempts: int(v.Attempts), Next: next, Text: text,
+		Delay: now.Sub(v.Msg.Arrival), Attempts: int(v.Attempts), Retry: int(v.Retry), Next: next, Text: text,
 	})
 }
 
@@ -244,7 +244,7 @@ func (s *Core) resync(a *agent, path string, now time.Time) {
 	s.say(a, resyncWords, now, hclog.Info, "agent cannot use its job (#resync); the file is read again",
 		"msg", m.Path, "resyncs", m.Resyncs)
 	if m.Resyncs > maxResyncs {
-		s.log.Warn("message resynced too often; dropped from core until the next scan", "msg", m.Path)
+		s.log.Warn("message resynced too often; dropped from core until the next scan", "msg", m.QID)
 		s.drop(m, now)
 		return
 	}

@@ -146,10 +146,10 @@ type Core struct {
 	owed     int
 	answered []bool
 
-	// Operator state (commands.go): destination holds by (channel, host),
+	// Operator state (commands.go, queue.go): destination holds by (channel, host),
 	// which outlive their threads; held messages, whose vertices sit in no
 	// heap; stopping once shutdown stops all feeding.
-	heldDests    map[[2]string]bool
+	heldDests    map[[2]string]DestMatcher // by (channel glob, host glob), compiled: queue.go
 	heldMessages map[int64]*vertex.Message
 	stopping     bool
 
@@ -197,7 +197,7 @@ func New(cfg *config.Config, log hclog.Logger, rng *rand.Rand) *Core {
 		agents:       make(map[int]*agent),
 		perChannel:   make(map[string]int),
 		clauses:      make(map[[2]string]int),
-		heldDests:    make(map[[2]string]bool),
+		heldDests:    make(map[[2]string]DestMatcher),
 		heldMessages: make(map[int64]*vertex.Message),
 	}
 }
@@ -266,14 +266,22 @@ func (s *Core) Arrive(now time.Time, a Arrival) error {
 		Inum:    a.Inum,
 		Path:    a.Path,
 		ID:      a.ID,
+		QID:     a.QID,
 		Arrival: a.Arrival,
 		Seq:     s.seq,
 		Bounce:  a.Bounce,
 		Warned:  a.Warned,
 		Diags:   a.Diags,
 	}
+	if m.QID == "" {
+		m.QID = a.Path
+	}
 	m.Vertices = make([]*vertex.Vertex, 0, len(a.Groups))
 	s.msgs[a.Inum] = m
+	if a.Held {
+		m.Held = true
+		s.heldMessages[a.Inum] = m
+	}
 	s.stats.Arrived++
 	if s.nextExpiry.IsZero() {
 		s.nextExpiry = now.Add(s.expiryEvery())
@@ -290,14 +298,16 @@ func (s *Core) Arrive(now time.Time, a Arrival) error {
 		ci, ok := s.match(g.Channel, host)
 		if !ok {
 			s.log.Error("no clause matches; recipients wait for a config that routes them",
-				"msg", m.Path, "channel", g.Channel, "host", host, "rcpts", len(g.Rcpts))
+				"msg", m.QID, "channel", g.Channel, "host", host, "rcpts", len(g.Rcpts))
 			v := vertex.New(m, &vertex.Dest{Clause: -1, Channel: g.Channel, Host: host}, g.Rcpts)
+			restoreRetry(v, g, now)
 			m.Vertices = append(m.Vertices, v)
 			s.unmatched = append(s.unmatched, v)
 			continue
 		}
 		t := s.thread(ci, g.Channel, host, now)
 		v := vertex.New(m, &t.Key, g.Rcpts)
+		restoreRetry(v, g, now)
 		m.Vertices = append(m.Vertices, v)
 		s.placeVertex(t, v, now)
 		s.update(t, now)
@@ -352,7 +362,7 @@ func (s *Core) thread(ci int, channel, host string, now time.Time) *thread.Threa
 	c := s.clause(ci)
 	t := thread.New(k, thread.NewWindow(c))
 	t.QueueOnly = c.QueueOnly
-	t.Held = s.heldDests[[2]string{channel, host}]
+	t.Held = s.destHeld(channel, host)
 	s.restoreLearned(t, now)
 	s.threads[k] = t
 	s.ring(t).AddThread()

@@ -245,11 +245,11 @@ func (s *Core) lookup(id string) *vertex.Message {
 		return nil
 	}
 	if inum, ok := inumOf(id); ok {
-		if m := s.msgs[inum]; m != nil && (m.Path == id || m.ID == id || strconv.FormatInt(inum, 10) == id ||
+		if m := s.msgs[inum]; m != nil && (m.Path == id || m.ID == id || strconv.FormatInt(inum, 10) == id || m.QID == id ||
 			m.Path[strings.LastIndexByte(m.Path, '/')+1:] == id) {
 			return m
 		}
-		if ctlName(id) {
+		if ctlName(id) || isQueueID(id) {
 			// An inode number, or a control file's name or path: the
 			// message it names is not in core. Looking further would
 			// walk every message (issue 9: WHY of a message that has

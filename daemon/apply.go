@@ -317,7 +317,9 @@ func (d *Daemon) logOutcome(o core.Outcome) {
 		l = newOutcomeLine()
 		d.outcomeLine = l
 	}
-	l.set(outMsg, o.Path)
+	qid := d.qid(o.Path)
+	d.retry.deferred(qid, o) // retry.go: kept across a restart
+	l.set(outMsg, qid)
 	l.set(outRcpt, o.Offset)
 	l.set(outTo, o.User)
 	l.same(outChannel, &l.channel, o.Channel)
@@ -332,6 +334,7 @@ func (d *Daemon) logOutcome(o core.Outcome) {
 	l.same(outNext, &l.next, next)
 	l.same(outText, &l.text, o.Text)
 	d.log.Info("outcome", l.kv[:]...)
+	d.statelog.outcome(l.kv[:])
 }
 
 // outcomeLine is logOutcome's key/value list, kept from line to line

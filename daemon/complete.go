@@ -42,8 +42,14 @@ import (
 // each only while it is the file that was read (intake.ids).
 func (d *Daemon) finish(c core.Complete) {
 	ids := d.in.ids[c.Inum]
-	delete(d.in.ids, c.Inum)
+	if ids.qid != "" {
+		// Its retry state and its hold end with it (queue.go); an
+		// incomplete finish brings it back through a scan, as new.
+		d.retry.forget('X', ids.qid)
+		d.holdEnded(ids.qid)
+	}
 	d.finishFiles(c, ctlfile.Files{Rel: c.Path, ID: c.ID, Control: ids.control, Body: ids.body})
+	delete(d.in.ids, c.Inum)
 }
 
 // finishFiles is finish with the files to remove.
@@ -54,7 +60,7 @@ func (d *Daemon) finishFiles(c core.Complete, files ctlfile.Files) {
 		if !d.writeUnwritten(c.Path) {
 			// Its DSN would lack those recipients: leave the message on disk;
 			// the next scan brings it back and finish tries again.
-			d.log.Error("message not completed: d lines still unwritten; the next scan tries again", "msg", c.Path)
+			d.log.Error("message not completed: d lines still unwritten; the next scan tries again", "msg", d.qid(c.Path))
 			return
 		}
 		c.Diags = true // read back by a scan before they were written
@@ -65,7 +71,7 @@ func (d *Daemon) finishFiles(c core.Complete, files ctlfile.Files) {
 	if !c.Killed && c.Diags {
 		if err := d.report(c.Path); err != nil {
 			d.log.Error("cannot send delivery status notification; the message stays queued and the next scan tries again",
-				"msg", c.Path, "error", err)
+				"msg", d.qid(c.Path), "error", err)
 			return
 		}
 	}
@@ -76,7 +82,7 @@ func (d *Daemon) finishFiles(c core.Complete, files ctlfile.Files) {
 		if c.Killed {
 			done = "killed" // KILL MSG: removed, no DSN
 		}
-		removeLogged(d.log, d.noise, d.now(), c.Path, done, d.spool.Remove(files))
+		removeLogged(d.log, d.noise, d.now(), files, done, d.spool.Remove(files))
 		return
 	}
 	if _, ok := d.in.removing[c.Path]; !ok {
@@ -103,7 +109,7 @@ func (d *Daemon) removed(rels []string) {
 // report goes out with the message's next one.
 func (d *Daemon) notice(n core.DSN) {
 	if err := d.report(n.Path); err != nil {
-		d.log.Error("cannot send delay warning", "msg", n.Path, "error", err)
+		d.log.Error("cannot send delay warning", "msg", d.qid(n.Path), "error", err)
 	}
 }
 
@@ -131,7 +137,7 @@ func (d *Daemon) report(rel string) error {
 		orig.Body = b[f.BodyOffset:]
 		f.Arrival = mtime
 	} else if err != nil {
-		d.log.Warn("message body unreadable; the DSN returns the headers only", "msg", rel, "error", err)
+		d.log.Warn("message body unreadable; the DSN returns the headers only", "msg", d.qid(rel), "error", err)
 	}
 	mta, err := os.Hostname()
 	if err != nil || mta == "" {
@@ -167,11 +173,11 @@ func (d *Daemon) report(rel string) error {
 	for i, r := range res.Reports {
 		to := route(r.To)
 		d.enqueueRead(queued[i])
-		d.log.Info("delivery status notification queued", "msg", rel, "dsn", queued[i],
+		d.log.Info("delivery status notification queued", "msg", d.qid(rel), "dsn", queued[i],
 			"to", r.To, "channel", to.Channel, "host", to.Host, "double_fault", r.DoubleFault, "actions", actions(r.Actions))
 	}
 	if res.Dropped != "" {
-		d.log.Error("delivery status notification dropped", "msg", rel, "reason", res.Dropped)
+		d.log.Error("delivery status notification dropped", "msg", d.qid(rel), "reason", res.Dropped)
 	}
 	return nil
 }
@@ -182,10 +188,10 @@ func (d *Daemon) withdraw(rel string, queued []string) {
 	for _, q := range queued {
 		// Just written by this goroutine: its name is its own.
 		if err := d.spool.Remove(ctlfile.Files{Rel: q, ID: path.Base(q)}); err != nil {
-			d.log.Error("cannot withdraw delivery status notification; it may be sent twice", "msg", rel, "dsn", q, "error", err)
+			d.log.Error("cannot withdraw delivery status notification; it may be sent twice", "msg", d.qid(rel), "dsn", q, "error", err)
 			continue
 		}
-		d.log.Warn("delivery status notification withdrawn", "msg", rel, "dsn", q)
+		d.log.Warn("delivery status notification withdrawn", "msg", d.qid(rel), "dsn", q)
 	}
 }
 

@@ -153,6 +153,7 @@ func (d *Daemon) inLoop(f func(), timeout time.Duration) bool {
 // need a restart keep their running values, with a warning. systemd hears
 // RELOADING=1 before and READY=1 after, as Type=notify wants.
 func (d *Daemon) reload(by ...any) error {
+	defer d.reopenStateLog() // for logrotate, whatever becomes of the file
 	d.sdNotify(reloading())
 	defer d.sdNotify("READY=1")
 	if err := d.reconfigure(); err != nil {
@@ -243,7 +244,9 @@ func (d *Daemon) control(req *control.Request) {
 	} else {
 		rep = d.command(d.now(), req)
 		d.apply()
-		req.Respond(rep)
+		if rep.OK || rep.Text != "" || rep.Multi {
+			req.Respond(rep)
+		} // else answered by a goroutine of its own (queue.go)
 	}
 	ran := time.Since(start)
 	var waited time.Duration
@@ -293,6 +296,9 @@ func (d *Daemon) command(now time.Time, req *control.Request) control.Reply {
 		}
 		return control.Listing(d.qshape(now, top))
 	case "ETRN":
+		if _, err := core.ParseDest(arg(0)); err != nil || strings.Contains(arg(0), "/") {
+			return control.Fail(fmt.Sprintf("ETRN %s: want a host, @domain or a host glob", arg(0)))
+		}
 		n := d.core.ETRN(now, strings.Join(req.Args, " "))
 		d.log.Info("etrn", append([]any{"name", arg(0), "started", n}, peerArgs(req.Peer)...)...)
 		if n > 0 {
@@ -302,11 +308,8 @@ func (d *Daemon) command(now time.Time, req *control.Request) control.Reply {
 		// exits 1 on this one.
 		return control.OK("OK; an ETRN didn't start anything.")
 	case "KILL MSG":
-		if err := d.core.Kill(now, arg(0)); err != nil {
-			return control.Fail(err.Error())
-		}
-		d.log.Info("kill request", append([]any{"msg", arg(0)}, peerArgs(req.Peer)...)...)
-		return control.OK("OK; KILLed something.")
+		d.single(req, opKill, arg(0)) // queue.go: in core or on disk
+		return control.Reply{}
 	case "FLUSH":
 		n, err := d.core.Flush(now, arg(0))
 		if err != nil {
@@ -321,41 +324,42 @@ func (d *Daemon) command(now time.Time, req *control.Request) control.Reply {
 		}
 		return control.OK(fmt.Sprintf("flushed %d threads", n))
 	case "HOLD THREAD", "RELEASE THREAD":
-		ch, host, ok := strings.Cut(arg(0), "/")
-		if !ok || ch == "" || host == "" {
-			return control.Fail("want channel/host, not " + strconv.Quote(arg(0)))
+		p, err := core.ParseDest(arg(0))
+		if err != nil || !strings.Contains(arg(0), "/") {
+			return control.Fail("want channel/host (globs allowed), not " + strconv.Quote(arg(0)))
 		}
 		if req.Verb == "HOLD THREAD" {
-			inCore := d.core.HoldThread(now, ch, host)
-			d.log.Info("hold", append([]any{"thread", ch + "/" + host, "in_core", inCore}, peerArgs(req.Peer)...)...)
-			return control.OK(fmt.Sprintf("holding %s/%s (in core: %v)", ch, host, inCore))
+			return d.holdDest(now, p, peerArgs(req.Peer))
 		}
-		if !d.core.ReleaseThread(now, ch, host) {
-			return control.Fail("no hold on " + ch + "/" + host)
-		}
-		d.log.Info("release", append([]any{"thread", ch + "/" + host}, peerArgs(req.Peer)...)...)
-		return control.OK("released " + ch + "/" + host)
+		return d.releaseDest(now, p, peerArgs(req.Peer))
 	case "HOLD MSG":
-		if err := d.core.HoldMessage(now, arg(0)); err != nil {
-			return control.Fail(err.Error())
-		}
-		d.log.Info("hold", append([]any{"msg", arg(0)}, peerArgs(req.Peer)...)...)
-		return control.OK("holding message " + arg(0))
+		d.single(req, opHold, arg(0))
+		return control.Reply{}
 	case "RELEASE MSG":
-		if m, err := d.core.Message(now, arg(0)); err == nil && !m.Held {
-			return control.Fail("message " + arg(0) + " is not held")
-		}
-		if err := d.core.ReleaseMessage(now, arg(0)); err != nil {
-			return control.Fail(err.Error())
-		}
-		d.log.Info("release", append([]any{"msg", arg(0)}, peerArgs(req.Peer)...)...)
-		return control.OK("released message " + arg(0))
+		d.single(req, opRelease, arg(0))
+		return control.Reply{}
 	case "WHY":
 		lines, err := d.why(now, arg(0))
+		if errors.Is(err, core.ErrNoMessage) {
+			d.whyOnDisk(req, arg(0)) // queue.go: answered off the loop
+			return control.Reply{}
+		}
 		if err != nil {
 			return control.Fail(err.Error())
 		}
 		return control.Listing(lines)
+	case "SHOW QUEUE MESSAGES":
+		return d.listQueue(req.Args)
+	case "SHOW MSG":
+		return d.cat(req.Args)
+	case "KILL MSGS":
+		return d.bulk(opKill, req.Args, peerArgs(req.Peer))
+	case "HOLD MSGS":
+		return d.bulk(opHold, req.Args, peerArgs(req.Peer))
+	case "RELEASE MSGS":
+		return d.bulk(opRelease, req.Args, peerArgs(req.Peer))
+	case "FLUSH MSGS":
+		return d.bulk(opFlush, req.Args, peerArgs(req.Peer))
 	case "RELOAD":
 		if err := d.reload(peerArgs(req.Peer)...); err != nil {
 			return control.Fail(err.Error())
@@ -518,6 +522,7 @@ func (d *Daemon) threadReport(now time.Time, short bool) []string {
 			len(r.Threads), r.Msgs, r.Agents, r.Idle, r.MaxRing, r.Overfeed, r.MaxThr)+throttleNote(now, r))
 	}
 	out = append(out, d.globalLines(now, false)...)
+	out = append(out, d.spoolLines(now)...)    // census.go: the whole spool, unrouted mail
 	return append(out, d.waitingLines(now)...) // intake.go: files not in core, and why
 }
 
@@ -752,21 +757,31 @@ func (d *Daemon) qshape(now time.Time, top int) []string {
 	}
 	head += fmt.Sprintf(" %5s", strconv.Itoa(qshapeBuckets[len(qshapeBuckets)-1])+"+")
 	out := []string{head}
-	for _, r := range d.core.Shape(now, bs, top) {
+	for _, r := range d.shapeSpool(d.core.Shape(now, bs, 0), top) { // census.go
 		line := fmt.Sprintf("%30s %6d", r.Host, r.Total)
 		for _, n := range r.Counts {
 			line += fmt.Sprintf(" %5d", n)
 		}
 		out = append(out, line)
 	}
-	return out
+	return append(out, d.qshapeNote(now)) // census.go: which part is in core
 }
 
 // why is WHY: one line per recipient, TAB-separated: offset, address,
 // channel/host, reason word, the reason in words, attempts, and the last
 // agent message.
 func (d *Daemon) why(now time.Time, id string) ([]string, error) {
-	m, err := d.core.Message(now, id)
+	lk, err := d.core.Find(id)
+	if err != nil {
+		return nil, err
+	}
+	if !lk.InCore {
+		if lines := d.whyWaiting(now, id); lines != nil { // intake.go
+			return lines, nil
+		}
+		return nil, fmt.Errorf("%w: %q", core.ErrNoMessage, id)
+	}
+	m, err := d.core.Message(now, lk.QID)
 	if err != nil {
 		if lines := d.whyWaiting(now, id); lines != nil { // intake.go
 			return lines, nil
@@ -777,8 +792,8 @@ func (d *Daemon) why(now time.Time, id string) ([]string, error) {
 	if m.Held {
 		held = ", held"
 	}
-	out := []string{fmt.Sprintf("message %s (inum %d), queued %s ago, %d recipients pending%s",
-		m.Path, m.Inum, age(now.Sub(m.Arrival)), m.Pending, held)}
+	out := []string{fmt.Sprintf("message %s (%s), queued %s ago, %d recipients pending%s",
+		lk.QID, m.Path, age(now.Sub(m.Arrival)), m.Pending, held)}
 	for _, v := range m.Vertices {
 		text := v.Why.String()
 		if v.Why.Reason == core.ReasonRunning {
@@ -803,6 +818,10 @@ type Queue struct {
 	// Cluster is the node's link to the shared store; absent without
 	// [cluster].
 	Cluster *QueueCluster `json:"cluster,omitempty"`
+	// Spool counts the whole spool and says which part is in core;
+	// Unrouted is the mail no clause routes (census.go).
+	Spool    QueueSpool      `json:"spool"`
+	Unrouted []core.Unrouted `json:"unrouted"`
 }
 
 // QueueCluster is the node's view of its cluster in Queue.
@@ -930,5 +949,7 @@ func (d *Daemon) Queue(now time.Time) Queue {
 		q.Cluster = &QueueCluster{Node: st.Node, Store: st.Store, Mode: st.Mode.String(), Since: st.Since.UTC(),
 			Nodes: st.Nodes, Leases: st.Leases, Error: st.Err, Fallbacks: st.Fallbacks, Reconnects: st.Reconnects}
 	}
+	q.Spool = d.spoolTotals(now)
+	q.Unrouted = append([]core.Unrouted{}, d.core.UnroutedViews()...)
 	return q
 }

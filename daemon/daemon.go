@@ -105,7 +105,11 @@ type Daemon struct {
 
 	state stateFile // learned destination state (state.go)
 
-	cluster *clusterLink // the shared windows' store, nil without [cluster] (cluster.go)
+	cluster  *clusterLink // the shared windows' store, nil without [cluster] (cluster.go)
+	holds    *holdStore   // operator holds kept on disk (holds.go)
+	retry    *journal     // retry state kept on disk (retry.go)
+	statelog *stateLog    // the per-attempt log (statelog.go)
+	census   censusState  // what waits on disk beyond the core (census.go)
 }
 
 // New prepares a daemon for cfg: it creates the spool directories, the pid
@@ -162,6 +166,15 @@ func New(cfg *config.Config, log hclog.Logger, opt Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.loadState()
+	// Before the first read of the queue: nothing held goes out, and no
+	// deferred recipient is tried before its time.
+	d.loadHolds()
+	d.loadJournal()
+	if err := d.openStateLog(); err != nil {
+		d.retry.close()
+		d.stopOps()
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -228,6 +241,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.serveWaiting()
 		d.intakeStep()
 		d.apply()
+		d.censusCheck(d.now())
+		d.commitHolds() // holds of messages that left the spool (holds.go)
 		if d.opt.Drain && d.intakeIdle() && d.core.Idle() && d.rm.idle() {
 			l := d.core.Latency()
 			c := d.core.Counters()
@@ -315,6 +330,9 @@ func (d *Daemon) serveWaiting() {
 func (d *Daemon) close() {
 	d.stopCluster()
 	d.stopOps()
+	d.commitHolds()
+	d.retry.close()
+	d.statelog.close()
 	if d.conn != nil {
 		d.conn.Close()
 		os.Remove(d.cfg.Scheduler.NotifySocket)
@@ -437,7 +455,7 @@ func hasPendingDiags(f *ctlfile.File) bool {
 
 // arrival reduces a control file to what the core schedules.
 func arrival(rel string, f *ctlfile.File) core.Arrival {
-	a := core.Arrival{Inum: f.Inum, Path: rel, ID: f.ID, Arrival: f.Arrival, Bounce: f.IsBounce(), Warned: warned(f), Diags: hasPendingDiags(f)}
+	a := core.Arrival{Inum: f.Inum, Path: rel, ID: f.ID, QID: f.QueueID(), Arrival: f.Arrival, Bounce: f.IsBounce(), Warned: warned(f), Diags: hasPendingDiags(f)}
 	for _, g := range f.Groups() {
 		cg := core.Group{Channel: g.Channel, Host: g.Host, Rcpts: make([]vertex.Rcpt, len(g.Rcpts))}
 		for i, ri := range g.Rcpts {

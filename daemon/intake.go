@@ -119,7 +119,10 @@ type waitState struct {
 }
 
 // fileIDs are a message's files as read (ctlfile.File.Control, .Body).
-type fileIDs struct{ control, body ctlfile.FileID }
+type fileIDs struct {
+	control, body ctlfile.FileID
+	qid           string // the message's queue id (queue.go)
+}
 
 // intake is the Daemon's reading state; only Run's goroutine touches it.
 type intake struct {
@@ -167,6 +170,9 @@ type intake struct {
 	// ids are the identities of the files of the messages in core, as
 	// read: Remove checks them before it unlinks (complete.go).
 	ids map[int64]fileIDs
+	// gone are files an operator killed while on disk (queue.go), by
+	// name, as read: a read of one of them already under way is dropped.
+	gone map[string]ctlfile.FileID
 
 	onStep func() // tests: called after every intake step
 }
@@ -174,7 +180,8 @@ type intake struct {
 func newIntake() intake {
 	return intake{max: pendingMax, known: make(map[string]bool), rcpts: make(map[int64]int), initial: true,
 		removing: make(map[string]bool), waiting: make(map[string]*waitState),
-		breaks: make(map[string]*ctlfile.LockError), ids: make(map[int64]fileIDs)}
+		breaks: make(map[string]*ctlfile.LockError), ids: make(map[int64]fileIDs),
+		gone: make(map[string]ctlfile.FileID)}
 }
 
 func (in *intake) pending() int { return len(in.fifo) - in.head }
@@ -677,11 +684,19 @@ func (d *Daemon) admit(r fetched) {
 		return
 	}
 	d.doneWaiting(rel, "read")
+	if id, ok := d.in.gone[rel]; ok {
+		delete(d.in.gone, rel)
+		if id == f.Control {
+			return // killed by the operator while it was read
+		}
+	}
 	if len(f.Turn) > 0 && f.ID == "" {
 		d.turn(rel, f)
 		return
 	}
 	a := arrival(rel, f)
+	a.Held = d.msgHeld(a.QID)
+	d.restoreRetry(&a, a.QID, f.Arrival)
 	refuseOverlong(&a)
 	if len(a.Groups) == 0 && len(a.Refused) == 0 {
 		// Nothing pending: a message completed before a restart.
@@ -691,7 +706,7 @@ func (d *Daemon) admit(r fetched) {
 	}
 	if err := d.core.Arrive(now, a); err != nil {
 		if !errors.Is(err, core.ErrDuplicate) {
-			d.log.Error("cannot schedule message", "msg", rel, "error", err)
+			d.log.Error("cannot schedule message", "msg", a.QID, "error", err)
 		}
 		return
 	}
@@ -701,7 +716,7 @@ func (d *Daemon) admit(r fetched) {
 	}
 	d.in.rcpts[a.Inum] = n
 	d.in.total += n
-	d.in.ids[a.Inum] = fileIDs{control: f.Control, body: f.Body}
+	d.in.ids[a.Inum] = fileIDs{control: f.Control, body: f.Body, qid: a.QID}
 }
 
 // wait puts rel in later until at, for the reason why.

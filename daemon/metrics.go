@@ -64,7 +64,7 @@ func (d *Daemon) startMetrics() (*metrics, error) {
 	for _, k := range kinds {
 		m.observed[k] = obs.WithLabelValues(k.String())
 	}
-	m.reg.MustRegister(m.outcomes, m.latency, obs, &gaugeCollector{d: d})
+	m.reg.MustRegister(m.outcomes, m.latency, obs, &gaugeCollector{d: d}, &spoolCollector{d: d}) // census.go
 	if d.cfg.Cluster != nil {
 		m.reg.MustRegister(&clusterCollector{d: d}) // cluster.go
 	}

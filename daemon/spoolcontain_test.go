@@ -70,7 +70,7 @@ func TestRemovalReadsANameAnnouncedMeanwhile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.in.ids[f.Inum] = fileIDs{f.Control, f.Body}
+	d.in.ids[f.Inum] = fileIDs{control: f.Control, body: f.Body, qid: f.QueueID()}
 	d.finish(core.Complete{Path: rel, ID: f.ID, Inum: f.Inum})
 	<-rm.done // removed; Run's loop has not taken the news yet
 	// The freed name is a new message's now, announced by NEW.

@@ -28,9 +28,12 @@ type Rcpt struct {
 
 // Message is one control file in core.
 type Message struct {
-	Inum    int64
-	Path    string // relative to postoffice/transport
-	ID      string // body file name
+	Inum int64
+	Path string // relative to postoffice/transport
+	ID   string // body file name
+	// QID is the queue id operators see (ctlfile.File.QueueID): the name
+	// with its file's generation, never reused; Path when unknown.
+	QID     string
 	Arrival time.Time
 	Seq     uint64 // arrival order within this process, the FIFO job order
 

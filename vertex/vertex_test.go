@@ -252,11 +252,12 @@ func TestFindAndDrop(t *testing.T) {
 	}
 }
 
-// TestMessageSize: a message is paid once per control file in core; 112
-// bytes is an allocator size class.
+// TestMessageSize: a message is paid once per control file in core; 128
+// bytes is an allocator size class. (112 until issue 17 gave each message
+// its queue id, QID: 16 bytes more per message, none per recipient.)
 func TestMessageSize(t *testing.T) {
-	if n := unsafe.Sizeof(Message{}); n > 112 {
-		t.Errorf("Message is %d bytes, budget 112", n)
+	if n := unsafe.Sizeof(Message{}); n > 128 {
+		t.Errorf("Message is %d bytes, budget 128", n)
 	}
 }
 

@@ -356,7 +356,8 @@ func lineFields(l, msg, rel string) map[string]string {
 	for _, m := range kv.FindAllStringSubmatch(l, -1) {
 		f[m[1]] = strings.Trim(m[2], `"`)
 	}
-	if rel != "" && f["msg"] != rel {
+	// msg= is the queue id: the control file's name, a dot, its generation.
+	if name, _, _ := strings.Cut(f["msg"], "."); rel != "" && f["msg"] != rel && name != path.Base(rel) {
 		return nil
 	}
 	return f

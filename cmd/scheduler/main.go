@@ -6,7 +6,7 @@
 //	scheduler init [-config FILE]                    make the postoffice
 //	scheduler enqueue [-config FILE] RCPT...         queue a message (router stand-in)
 //	scheduler check [FILE]                           validate a configuration on this host
-//	scheduler mailq|qshape|why|etrn|flush|hold|release|kill|reload ...
+//	scheduler mailq|qshape|why|etrn|reload|queue|cat|kill|hold|release|flush ...
 //	                                                 operator commands on the running scheduler
 //	scheduler help [COMMAND] | version
 //
@@ -62,37 +62,39 @@ type command struct {
 	name    string
 	summary string
 	run     func(args []string, stdin io.Reader, stdout, stderr io.Writer) error
+	// operator: it works on the running scheduler's control socket.
+	operator bool
 }
 
 // commands in the order usage lists them; ops.go adds the operator commands.
 func commands() []command {
 	cmds := []command{
-		{"run", "run the scheduler in the foreground (-drain: exit when the queue is empty)", cmdRun},
-		{"init", "make the postoffice (queue/, transport/) the configuration names", cmdInit},
-		{"enqueue", "write a message into the queue and notify the scheduler", cmdEnqueue},
-		{"check", "validate a configuration, and what it needs from this host", cmdCheck},
+		{"run", "run the scheduler in the foreground (-drain: exit when the queue is empty)", cmdRun, false},
+		{"init", "make the postoffice (queue/, transport/) the configuration names", cmdInit, false},
+		{"enqueue", "write a message into the queue and notify the scheduler", cmdEnqueue, false},
+		{"check", "validate a configuration, and what it needs from this host", cmdCheck, false},
 		{"ta-check", "check a transport agent against the TA protocol (-- AGENT ARGS...)",
 			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				return cmdTACheck(args, stdout, stderr)
-			}},
+			}, false},
 		{"bench", "generate a queue and time its drain with the sink agent",
 			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				return cmdBench(args, stdout, stderr)
-			}},
+			}, false},
 		{"simulate", "replay a traffic trace against configurations on a fake clock",
 			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				return cmdSimulate(args, stdout, stderr)
-			}},
-		{"version", "print the version, commit and Go version", cmdVersion},
-		{"help", "print the usage of every command, or of one", nil},
+			}, false},
+		{"version", "print the version, commit and Go version", cmdVersion, false},
+		{"help", "print the usage of every command, or of one", nil, false},
 	}
 	for _, name := range opsOrder {
 		cmds = append(cmds, command{name, opsCommands[name].summary,
 			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				return cmdOps(name, args, stdout, stderr)
-			}})
+			}, true})
 	}
-	return cmds
+	return append(cmds, queueCommands()...) // queue.go: queue, cat, kill, hold, release, flush
 }
 
 func findCommand(name string) (command, bool) {
@@ -110,14 +112,15 @@ func usage(w io.Writer) {
 commands:
 `)
 	for _, c := range commands() {
-		if _, ops := opsCommands[c.name]; ops {
-			continue
+		if !c.operator {
+			fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 		}
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, "\noperator commands (on the running scheduler's control socket):\n")
-	for _, name := range opsOrder {
-		fmt.Fprintf(w, "  %-9s %s\n", name, opsCommands[name].summary)
+	for _, c := range commands() {
+		if c.operator {
+			fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		}
 	}
 	fmt.Fprintf(w, `
 "scheduler help COMMAND" or "scheduler COMMAND -h" prints a command's flags.

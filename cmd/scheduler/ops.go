@@ -25,7 +25,9 @@ type opsSpec struct {
 	failed func(args []string, rep control.Reply) (string, bool)
 }
 
-var opsOrder = []string{"mailq", "qshape", "why", "etrn", "flush", "hold", "release", "kill", "reload"}
+// The operator commands of queue.go (queue, cat, kill, hold, release,
+// flush) come after these: they take many messages and the whole spool.
+var opsOrder = []string{"mailq", "qshape", "why", "etrn", "reload"}
 
 var opsCommands = map[string]opsSpec{
 	"mailq": {"[-Q|-QQ|-QQQ|-s|-counters|-json|-dest CHANNEL/HOST]",
@@ -33,7 +35,7 @@ var opsCommands = map[string]opsSpec{
 		func([]string) string { return "SHOW QUEUE THREADS" }, nil},
 	"qshape": {"[N]", "recipients by host and age in minutes (Postfix qshape), top N hosts", [2]int{0, 1},
 		func(a []string) string { return strings.TrimSpace("SHOW QSHAPE " + strings.Join(a, " ")) }, nil},
-	"why": {"ID", "why each recipient of a message waits (ID: path under transport/, or inode number)", [2]int{1, 1},
+	"why": {"ID", "why each recipient of a message waits (ID: queue id, or its control file's name)", [2]int{1, 1},
 		func(a []string) string { return "WHY " + a[0] }, nil},
 	"etrn": {"HOST|@DOMAIN", "start the queueonly threads of a host (@: the domain and its subdomains)", [2]int{1, 1},
 		func(a []string) string { return "ETRN " + a[0] },
@@ -43,28 +45,8 @@ var opsCommands = map[string]opsSpec{
 			}
 			return "", false
 		}},
-	"flush": {"[CHANNEL/HOST]", "retry now, ending back-offs (ZMailer globs allowed)", [2]int{0, 1},
-		func(a []string) string { return strings.TrimSpace("FLUSH " + strings.Join(a, " ")) }, nil},
-	"hold": {"CHANNEL/HOST | ID", "hold a destination (also mail that arrives later) or a message", [2]int{1, 1},
-		func(a []string) string { return holdLine("HOLD", a[0]) }, nil},
-	"release": {"CHANNEL/HOST | ID", "end a hold", [2]int{1, 1},
-		func(a []string) string { return holdLine("RELEASE", a[0]) }, nil},
-	"kill": {"ID", "remove a message and its files, without a DSN", [2]int{1, 1},
-		func(a []string) string { return "KILL MSG " + a[0] }, nil},
 	"reload": {"", "re-read the configuration (as SIGHUP); fails when it is refused", [2]int{0, 0},
 		func([]string) string { return "RELOAD" }, nil},
-}
-
-// holdLine tells a destination (channel/host: two non-empty parts, the
-// second not a number) from a message id (a path such as A/12345, or an
-// inode number).
-func holdLine(verb, arg string) string {
-	ch, host, ok := strings.Cut(arg, "/")
-	isPath := strings.Trim(host, "0123456789/ABCDEFGHIJKLMNOPQRSTUVWXYZ") == "" && len(ch) == 1 && ch >= "A" && ch <= "Z"
-	if ok && ch != "" && host != "" && !isPath {
-		return verb + " THREAD " + arg
-	}
-	return verb + " MSG " + arg
 }
 
 // cmdOps runs one operator command against the running scheduler.
@@ -122,22 +104,9 @@ func cmdOps(name string, args []string, stdout, stderr io.Writer) error {
 	if line == "" {
 		line = spec.line(rest)
 	}
-	how := "control_socket of " + configPath(*path)
-	if *socket == "" {
-		cfg, err := loadConfig(*path)
-		if err != nil {
-			return err
-		}
-		*socket = cfg.Scheduler.ControlSocket
-	} else {
-		how = "-socket"
-	}
-	c, err := control.Dial(*socket, *timeout)
+	c, err := dialScheduler(name, *socket, *path, *timeout)
 	if err != nil {
-		if errors.Is(err, control.ErrNotRunning) {
-			return fmt.Errorf("%s: the scheduler is not running (nothing listens on %s, the %s)", name, *socket, how)
-		}
-		return fmt.Errorf("%s: %w", name, err)
+		return err
 	}
 	defer c.Close()
 	rep, err := c.Do(line)
@@ -161,4 +130,28 @@ func cmdOps(name string, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, rep.Text)
 	return nil
+}
+
+// dialScheduler connects to the running scheduler at socket, or at the
+// control_socket of the configuration at cfgPath; a scheduler that is not
+// running is said so, with where the socket came from.
+func dialScheduler(name, socket, cfgPath string, timeout time.Duration) (*control.Client, error) {
+	how := "control_socket of " + configPath(cfgPath)
+	if socket == "" {
+		cfg, err := loadConfig(cfgPath)
+		if err != nil {
+			return nil, err
+		}
+		socket = cfg.Scheduler.ControlSocket
+	} else {
+		how = "-socket"
+	}
+	c, err := control.Dial(socket, timeout)
+	if err != nil {
+		if errors.Is(err, control.ErrNotRunning) {
+			return nil, fmt.Errorf("%s: the scheduler is not running (nothing listens on %s, the %s)", name, socket, how)
+		}
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return c, nil
 }

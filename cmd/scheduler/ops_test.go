@@ -243,7 +243,8 @@ queueonly = true
 	if out := must("flush"); !strings.Contains(out, "flushed 1 threads") {
 		t.Fatalf("flush:\n%s", out)
 	}
-	if out := must("kill", b); !strings.Contains(out, "KILLed something") {
+	// kill prints a line per message and a count (issue 17).
+	if out := must("kill", b); !strings.Contains(out, "\tkilled\tin core\n") || !strings.Contains(out, "1 messages killed") {
 		t.Fatalf("kill:\n%s", out)
 	}
 	if _, err := os.Stat(filepath.Join(p.dir, "po", "transport", b)); !errors.Is(err, os.ErrNotExist) {
