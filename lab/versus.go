@@ -98,6 +98,9 @@ type Versus struct {
 	AgentArgs []string
 	// Keep keeps every run's directory (logs, Postfix's maillog).
 	Keep bool
+	// CPUProfile, when set, has the scheduler write its CPU profile of
+	// round N's drain to CPUProfile.N.
+	CPUProfile string
 }
 
 // Recipients is the size of the queue in recipients.
@@ -329,7 +332,11 @@ func (v Versus) drainZsched(ctx context.Context, dir string, round int, sink *po
 	defer logf.Close()
 	ctx, cancel := context.WithTimeout(ctx, v.Timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, v.Scheduler, "run", "-drain", "-config", cfg)
+	args := []string{"run", "-drain", "-config", cfg}
+	if v.CPUProfile != "" {
+		args = append(args, "-cpuprofile", v.CPUProfile+"."+strconv.Itoa(round))
+	}
+	cmd := exec.CommandContext(ctx, v.Scheduler, args...)
 	// The scheduler writes its log to the file itself, as Postfix's
 	// postlogd does: no reader of ours sits in between.
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -121,6 +121,9 @@ func WriteVersus(w io.Writer, r *VersusReport) error {
 		name string
 		s    SideSummary
 	}{{"zsched", z}, {"postfix", p}} {
+		if x.s.Rate == 0 {
+			continue // not run (-only)
+		}
 		fmt.Fprintf(&b, "%-7s %-8s %13.0f %8.2f %14.1f %16s", "median", x.name, x.s.Rate, x.s.Elapsed.Seconds(), x.s.CPUPerRcpt, sched(x.s.SchedPer))
 		if sinkCol {
 			fmt.Fprintf(&b, " %14.1f", x.s.SinkPer)
@@ -133,7 +136,7 @@ func WriteVersus(w io.Writer, r *VersusReport) error {
 	for i, x := range ratios {
 		rs[i] = fmt.Sprintf("%.2f", x)
 	}
-	if p.Rate > 0 && z.CPUPerRcpt > 0 {
+	if p.Rate > 0 && z.Rate > 0 && z.CPUPerRcpt > 0 {
 		fmt.Fprintf(&b, "zsched/Postfix: rate %.2f× (medians; per round %s, median %.2f×); Postfix uses %.2f× zsched's CPU per recipient.\n",
 			z.Rate/p.Rate, strings.Join(rs, " "), median(ratios), p.CPUPerRcpt/z.CPUPerRcpt)
 	}

@@ -30,14 +30,23 @@ type Sink struct {
 	stderr *bytes.Buffer
 }
 
+// SinkAvailable reports whether smtp-sink (the postfix package) is
+// installed.
+func SinkAvailable() error {
+	if _, err := os.Stat(SmtpSinkPath); err != nil {
+		return fmt.Errorf("%w: smtp-sink is not installed (%s)", ErrUnavailable, SmtpSinkPath)
+	}
+	return nil
+}
+
 // StartSink starts smtp-sink on 127.0.0.1:port (0 picks a free port) with
 // extra flags, dumping into dir/dump. dir must be searchable by others
 // (smtp-sink runs as nobody when started by root). With dir "" nothing is
 // dumped: a sink for benchmarks, where writing a file per transaction
 // would cost more than the SMTP.
 func StartSink(dir string, port int, flags ...string) (*Sink, error) {
-	if _, err := os.Stat(SmtpSinkPath); err != nil {
-		return nil, fmt.Errorf("%w: smtp-sink is not installed (%s)", ErrUnavailable, SmtpSinkPath)
+	if err := SinkAvailable(); err != nil {
+		return nil, err
 	}
 	dump := ""
 	if dir != "" {

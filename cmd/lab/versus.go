@@ -37,6 +37,7 @@ func versus(t lab.Transport, args []string, stdout, stderr io.Writer) error {
 		fs.StringVar(&route, "route", "domains", "`domains`: every domain its own destination (Postfix looks its name up in an etc/hosts); relay: all mail through one relay, Postfix's relayhost")
 	}
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
+	fs.StringVar(&v.CPUProfile, "cpuprofile", "", "have zsched's scheduler write the CPU profile of round N's drain to `file`.N")
 	fs.BoolVar(&v.Keep, "keep", false, "keep each run's directory: the scheduler's log, Postfix's maillog")
 	fs.StringVar(&v.Only, "only", "", "run one side alone, `zsched` or `postfix` (to profile it)")
 	fs.Func("agent-arg", "add `arg` to the agent's command line (repeat the flag for more)", func(s string) error {
