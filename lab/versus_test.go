@@ -52,6 +52,7 @@ func TestVersusSmoke(t *testing.T) {
 		{"smtp relay", SMTP, true, bins[2]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			v := Versus{Messages: 24, Rcpts: 2, Domains: 6, Transport: tc.tr, Relay: tc.relay, Runs: 1,
 				Scheduler: bins[0], Agent: tc.agent, Maxring: 2, Overfeed: 4, Procs: 1, Timeout: time.Minute}
 			var progress bytes.Buffer
