@@ -1,5 +1,7 @@
 // Package postfix runs private Postfix instances on the loopback interface
 // as real receiving servers for zsched's SMTP agent tests and experiments,
+// and as the scheduler zsched is measured against (an instance held
+// without its queue manager until its queue is in place, then drained),
 // and parses what they log. Each instance has its own configuration, queue
 // and data directories under one directory, listens on 127.0.0.1 only, is
 // started as a child process (master -d in its own process group) and is

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"zsched/lab"
 )
@@ -43,7 +44,11 @@ commands:
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "lab:", err)
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "lab: ") {
+				msg = "lab: " + msg
+			}
+			fmt.Fprintln(os.Stderr, msg)
 		}
 		os.Exit(2)
 	}

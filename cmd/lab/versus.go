@@ -29,7 +29,7 @@ func versus(t lab.Transport, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&v.Maxring, "maxring", 4, "zsched: agents in the ring (maxring)")
 	fs.IntVar(&v.Overfeed, "overfeed", 32, "zsched: job lines outstanding per agent beyond one (overfeed)")
 	fs.IntVar(&v.Procs, "procs", 1, "zsched: GOMAXPROCS of the agents (0: Go's default, one per CPU)")
-	fs.DurationVar(&v.Timeout, "timeout", 10*time.Minute, "give up on a drain after this long")
+	fs.DurationVar(&v.Timeout, "timeout", time.Hour, "give up on a drain after this long")
 	sched := fs.String("scheduler", "", "scheduler `program` (default: built from this module)")
 	agent := fs.String("agent", "", "agent `program` (default: built from this module: smtp-ta or testagents/sink)")
 	route := "domains"
