@@ -4,6 +4,8 @@
 // (Postfix 2.5 concurrency feedback against a server that allows 5 sessions
 // and answers the 6th with 421), run in simulation with a fake clock (Sim)
 // and end to end with the real daemon and real agent processes (Real).
+// Versus puts zsched beside Postfix itself: one queue drained by both, on
+// the same machine, interleaved (null agents, or SMTP to smtp-sink).
 //
 // Measurements follow the README: "All results ... are based on the first
 // delivery runs only", so the deferred percentage counts recipients whose

@@ -19,6 +19,7 @@ import (
 // is "go run ./cmd/lab postfix".
 func TestPostfixLimiterShort(t *testing.T) {
 	need.Met(t, "the postfix package, as root", postfix.Available())
+	need.Met(t, "smtp-sink (the postfix package)", postfix.SinkAvailable())
 	bin := filepath.Join(t.TempDir(), "smtp-ta")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/smtp-ta").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -1,5 +1,7 @@
 // Package postfix runs private Postfix instances on the loopback interface
 // as real receiving servers for zsched's SMTP agent tests and experiments,
+// and as the scheduler zsched is measured against (an instance held
+// without its queue manager until its queue is in place, then drained),
 // and parses what they log. Each instance has its own configuration, queue
 // and data directories under one directory, listens on 127.0.0.1 only, is
 // started as a child process (master -d in its own process group) and is
@@ -28,6 +30,7 @@ import (
 	osuser "os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,12 +89,19 @@ type Config struct {
 	// service run by this process (Postfix's own "sleep" restriction only
 	// takes whole seconds).
 	RcptDelay time.Duration
-	// Main holds extra main.cf lines, "name = value"; a name given
-	// again overrides the default above (Postfix reads the last one).
+	// Main holds extra main.cf lines, "name = value"; a name the instance
+	// already sets (default_transport, say) is set to the new value in
+	// place.
 	Main []string
-	// Master holds extra master.cf service lines, e.g. an smtp client
-	// ("smtp unix - - n - - smtp") for an instance that relays.
+	// Master holds extra master.cf lines (an smtp(8) client service, say).
 	Master []string
+	// Files are written under the queue directory, which is the root of
+	// chrooted daemons (etc/hosts for an smtp(8) with chroot = y).
+	Files map[string]string
+	// Hold leaves qmgr out of master.cf: mail accepted stays in the
+	// incoming queue until StartQmgr. cleanup and smtpd then get no flow
+	// tokens, so in_flow_delay is 0 (no wait per message).
+	Hold bool
 }
 
 // Instance is a running private Postfix.
@@ -100,6 +110,7 @@ type Instance struct {
 	Addr string // "127.0.0.1:port"
 	Port int
 
+	cfg    Config
 	cmd    *exec.Cmd
 	exited chan struct{}
 	policy *policyServer
@@ -124,7 +135,7 @@ func Start(cfg Config) (*Instance, error) {
 	if err := searchable(dir); err != nil {
 		return nil, err
 	}
-	in := &Instance{Dir: dir}
+	in := &Instance{Dir: dir, cfg: cfg}
 	if cfg.RcptDelay > 0 {
 		if in.policy, err = startPolicy(cfg.RcptDelay); err != nil {
 			return nil, err
@@ -156,7 +167,7 @@ var errExited = errors.New("postfix: master exited during start-up")
 func (in *Instance) start(cfg Config, port int) error {
 	dir := in.Dir
 	etc := filepath.Join(dir, "etc")
-	for _, d := range []string{etc, filepath.Join(dir, "spool"), filepath.Join(dir, "data")} {
+	for _, d := range []string{etc, in.QueueDir(), filepath.Join(dir, "data")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("postfix: %w", err)
 		}
@@ -170,7 +181,7 @@ func (in *Instance) start(cfg Config, port int) error {
 	if err := chown(filepath.Join(dir, "data"), "postfix", "", 0o700); err != nil {
 		return err
 	}
-	if err := mkQueue(filepath.Join(dir, "spool")); err != nil {
+	if err := mkQueue(in.QueueDir()); err != nil {
 		return err
 	}
 	cmd := exec.Command(MasterPath, "-c", etc, "-d")
@@ -237,7 +248,7 @@ func (in *Instance) writeConfig(cfg Config) error {
 	}
 	main := []string{
 		"compatibility_level = 3.6",
-		"queue_directory = " + filepath.Join(dir, "spool"),
+		"queue_directory = " + in.QueueDir(),
 		"data_directory = " + filepath.Join(dir, "data"),
 		"mail_owner = postfix",
 		"setgid_group = postdrop",
@@ -261,6 +272,9 @@ func (in *Instance) writeConfig(cfg Config) error {
 		"smtp_dns_support_level = disabled",
 		"smtputf8_enable = yes",
 	}
+	if cfg.Hold {
+		main = append(main, "in_flow_delay = 0")
+	}
 	if cfg.ConnectionLimit > 0 {
 		main = append(main,
 			"smtpd_client_connection_count_limit = "+strconv.Itoa(cfg.ConnectionLimit),
@@ -280,10 +294,49 @@ func (in *Instance) writeConfig(cfg Config) error {
 			"smtpd_tls_key_file = "+key,
 			"smtpd_tls_loglevel = 1")
 	}
-	main = append(main, cfg.Main...)
-	master := fmt.Sprintf(`%s inet n - n - - smtpd
-cleanup   unix n - n - 0 cleanup
-qmgr      unix n - n 300 1 qmgr
+	main, err := mergeMain(main, cfg.Main)
+	if err != nil {
+		return err
+	}
+	var reject strings.Builder
+	addrs := make([]string, 0, len(cfg.Reject))
+	for a := range cfg.Reject {
+		addrs = append(addrs, a)
+	}
+	sort.Strings(addrs)
+	for _, a := range addrs {
+		fmt.Fprintf(&reject, "%s %s\n", a, cfg.Reject[a])
+	}
+	for name, data := range map[string]string{
+		"main.cf":   strings.Join(main, "\n") + "\n",
+		"master.cf": in.masterCf(!cfg.Hold),
+		"reject":    reject.String(),
+	} {
+		if err := writeOld(filepath.Join(etc, name), data); err != nil {
+			return err
+		}
+	}
+	for name, data := range cfg.Files {
+		if !filepath.IsLocal(name) {
+			return fmt.Errorf("postfix: file %q is not below the queue directory", name)
+		}
+		p := filepath.Join(in.QueueDir(), name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("postfix: %w", err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			return fmt.Errorf("postfix: %w", err)
+		}
+	}
+	return nil
+}
+
+// masterCf is master.cf: smtpd on the instance's port, the daemons the
+// instance needs, qmgr unless held, and Config.Master.
+func (in *Instance) masterCf(qmgr bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s inet n - n - - smtpd\n", in.Addr)
+	b.WriteString(`cleanup   unix n - n - 0 cleanup
 tlsmgr    unix - - n 1000? 1 tlsmgr
 rewrite   unix - - n - - trivial-rewrite
 bounce    unix - - n - 0 bounce
@@ -298,35 +351,76 @@ discard   unix - - n - - discard
 anvil     unix - - n - 1 anvil
 scache    unix - - n - 1 scache
 postlog   unix-dgram n - n - 1 postlogd
-`, in.Addr)
-	for _, l := range cfg.Master {
-		master += l + "\n"
+`)
+	if qmgr {
+		b.WriteString("qmgr      unix n - n 300 1 qmgr\n")
 	}
-	var reject strings.Builder
-	addrs := make([]string, 0, len(cfg.Reject))
-	for a := range cfg.Reject {
-		addrs = append(addrs, a)
+	for _, l := range in.cfg.Master {
+		b.WriteString(l)
+		b.WriteByte('\n')
 	}
-	sort.Strings(addrs)
-	for _, a := range addrs {
-		fmt.Fprintf(&reject, "%s %s\n", a, cfg.Reject[a])
+	return b.String()
+}
+
+// writeOld writes a configuration file dated in the past: Postfix waits,
+// in 300 ms steps, until a configuration file is at least a second old,
+// lest it read one half written; ours are complete.
+func writeOld(p, data string) error {
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		return fmt.Errorf("postfix: %w", err)
 	}
-	for name, data := range map[string]string{
-		"main.cf":   strings.Join(main, "\n") + "\n",
-		"master.cf": master,
-		"reject":    reject.String(),
-	} {
-		p := filepath.Join(etc, name)
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
-			return fmt.Errorf("postfix: %w", err)
+	old := time.Now().Add(-10 * time.Second)
+	if err := os.Chtimes(p, old, old); err != nil {
+		return fmt.Errorf("postfix: %w", err)
+	}
+	return nil
+}
+
+// mergeMain sets each "name = value" of extra in base: in place where base
+// sets that name, appended otherwise. Postfix would take the last of two
+// settings too, but warns about each in the log.
+func mergeMain(base, extra []string) ([]string, error) {
+	out := slices.Clone(base)
+	for _, l := range extra {
+		name, _, ok := strings.Cut(l, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || strings.ContainsAny(name, " \t") {
+			return nil, fmt.Errorf("postfix: main.cf line %q: want \"name = value\"", l)
 		}
-		// Postfix waits, in 300 ms steps, until a configuration file is
-		// at least a second old, lest it read one half written; these
-		// are complete.
-		old := time.Now().Add(-10 * time.Second)
-		if err := os.Chtimes(p, old, old); err != nil {
-			return fmt.Errorf("postfix: %w", err)
+		i := slices.IndexFunc(out, func(b string) bool {
+			n, _, _ := strings.Cut(b, "=")
+			return strings.TrimSpace(n) == name
+		})
+		if i >= 0 {
+			out[i] = l
+		} else {
+			out = append(out, l)
 		}
+	}
+	return out, nil
+}
+
+// QueueDir is the instance's queue directory (the chroot of chrooted
+// daemons): incoming/, active/, deferred/, ...
+func (in *Instance) QueueDir() string { return filepath.Join(in.Dir, "spool") }
+
+// Pgid is the process group of master and every daemon it starts.
+func (in *Instance) Pgid() int { return in.cmd.Process.Pid }
+
+// StartQmgr starts the queue manager of an instance started with Hold:
+// master.cf gets its qmgr line and master is told to reload (SIGHUP, as
+// "postfix reload" does), which starts qmgr at once; qmgr then scans the
+// incoming queue. It returns once master has the signal.
+func (in *Instance) StartQmgr() error {
+	if !in.cfg.Hold {
+		return errors.New("postfix: StartQmgr: the instance was not started with Hold")
+	}
+	if err := writeOld(filepath.Join(in.Dir, "etc", "master.cf"), in.masterCf(true)); err != nil {
+		return err
+	}
+	in.cfg.Hold = false
+	if err := in.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		return fmt.Errorf("postfix: reload master: %w", err)
 	}
 	return nil
 }

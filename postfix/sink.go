@@ -30,33 +30,48 @@ type Sink struct {
 	stderr *bytes.Buffer
 }
 
+// SinkAvailable reports whether smtp-sink (the postfix package) is
+// installed.
+func SinkAvailable() error {
+	if _, err := os.Stat(SmtpSinkPath); err != nil {
+		return fmt.Errorf("%w: smtp-sink is not installed (%s)", ErrUnavailable, SmtpSinkPath)
+	}
+	return nil
+}
+
 // StartSink starts smtp-sink on 127.0.0.1:port (0 picks a free port) with
 // extra flags, dumping into dir/dump. dir must be searchable by others
-// (smtp-sink runs as nobody when started by root).
+// (smtp-sink runs as nobody when started by root). With dir "" nothing is
+// dumped: a sink for benchmarks, where writing a file per transaction
+// would cost more than the SMTP.
 func StartSink(dir string, port int, flags ...string) (*Sink, error) {
-	if _, err := os.Stat(SmtpSinkPath); err != nil {
-		return nil, fmt.Errorf("%w: smtp-sink is not installed (%s)", ErrUnavailable, SmtpSinkPath)
+	if err := SinkAvailable(); err != nil {
+		return nil, err
 	}
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, fmt.Errorf("postfix: %w", err)
-	}
-	dump := filepath.Join(dir, "dump")
-	if err := os.MkdirAll(dump, 0o777); err != nil {
-		return nil, fmt.Errorf("postfix: %w", err)
-	}
-	// Written by "nobody" when we are root.
-	if err := os.Chmod(dump, 0o777); err != nil {
-		return nil, fmt.Errorf("postfix: %w", err)
-	}
-	if os.Geteuid() == 0 {
-		if err := searchable(dump); err != nil {
-			return nil, err
+	dump := ""
+	if dir != "" {
+		dir, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, fmt.Errorf("postfix: %w", err)
+		}
+		dump = filepath.Join(dir, "dump")
+		if err := os.MkdirAll(dump, 0o777); err != nil {
+			return nil, fmt.Errorf("postfix: %w", err)
+		}
+		// Written by "nobody" when we are root.
+		if err := os.Chmod(dump, 0o777); err != nil {
+			return nil, fmt.Errorf("postfix: %w", err)
+		}
+		if os.Geteuid() == 0 {
+			if err := searchable(dump); err != nil {
+				return nil, err
+			}
 		}
 	}
 	fixed := port != 0
 	for attempt := 0; ; attempt++ {
 		if !fixed {
+			var err error
 			if port, err = freePort(); err != nil {
 				return nil, err
 			}
@@ -70,7 +85,10 @@ func StartSink(dir string, port int, flags ...string) (*Sink, error) {
 
 func startSink(dump string, port int, flags []string) (*Sink, error) {
 	s := &Sink{Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), DumpDir: dump}
-	args := []string{"-h", "sink.test", "-d", filepath.Join(dump, "%H%M%S.")}
+	args := []string{"-h", "sink.test"}
+	if dump != "" {
+		args = append(args, "-d", filepath.Join(dump, "%H%M%S."))
+	}
 	if os.Geteuid() == 0 {
 		args = append(args, "-u", "nobody")
 	}
@@ -125,8 +143,14 @@ type Transaction struct {
 	Message string   // header and body as received
 }
 
+// Pid is smtp-sink's process id.
+func (s *Sink) Pid() int { return s.cmd.Process.Pid }
+
 // Transactions reads every dumped transaction so far, oldest first.
 func (s *Sink) Transactions() ([]Transaction, error) {
+	if s.DumpDir == "" {
+		return nil, errors.New("postfix: smtp-sink was started without a dump directory")
+	}
 	ents, err := os.ReadDir(s.DumpDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("postfix: %w", err)

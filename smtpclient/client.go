@@ -11,7 +11,8 @@
 // hides per-recipient replies behind the first error. The wire framing
 // here is small: replies are parsed by readReply (bounded line length, so a
 // hostile server cannot make us buffer without limit) and the message is
-// written through net/textproto's DotWriter (dot-stuffing, CRLF).
+// written through dotWriter (dot-stuffing, CRLF; net/textproto's, a run
+// of bytes at a time rather than one).
 package smtpclient
 
 import (
@@ -22,7 +23,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/textproto"
 	"strconv"
 	"strings"
 	"time"
@@ -153,8 +153,10 @@ type Conn struct {
 	target Target
 	opts   Options
 	nc     net.Conn
+	raw    *rawConn // the TCP connection under nc, when raw calls can reach it
 	r      *bufio.Reader
 	w      *bufio.Writer
+	dot    dotWriter
 	greet  Reply
 	ext    map[string]string // EHLO keywords, upper case, to their parameters
 	tls    bool
@@ -190,7 +192,9 @@ func dial(ctx context.Context, t Target, o Options, policy TLSPolicy) (*Conn, er
 	if err != nil {
 		return nil, &Error{Stage: StageConnect, Target: t, Err: err}
 	}
+	nc = newRawConn(nc)
 	c := &Conn{target: t, opts: o, nc: nc}
+	c.raw, _ = nc.(*rawConn)
 	c.setConn(nc)
 	c.deadline(o.timeout(o.GreetingTimeout, 300*time.Second))
 	c.greet, err = readReply(c.r)
@@ -349,22 +353,50 @@ func (c *Conn) Closed() bool { return c.closed }
 // Stale reports whether an idle session has been given up by the server:
 // it closed the connection, or sent something unasked (Postfix sends
 // "421 4.4.2 timeout exceeded" before it drops an idle client). A stale
-// session is closed. Call it before reusing a session after a pause; it
-// waits at most a millisecond.
+// session is closed. Call it before reusing a session after a pause. On a
+// TCP connection it costs one non-blocking system call and never waits;
+// elsewhere it waits at most a millisecond.
 func (c *Conn) Stale() bool {
 	if c.closed {
 		return true
 	}
-	if c.r.Buffered() == 0 {
-		c.nc.SetReadDeadline(time.Now().Add(time.Millisecond))
-		_, err := c.r.Peek(1)
-		c.nc.SetReadDeadline(time.Time{})
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return false // nothing to read: alive, as far as one can tell
+	if c.r.Buffered() > 0 {
+		c.Close()
+		return true
+	}
+	if c.raw != nil {
+		if c.tls && c.peekBefore(time.Unix(1, 0)) {
+			// A record TLS had already read and decrypted.
+			c.Close()
+			return true
+		}
+		if readable, ok := c.raw.pending(); ok {
+			if readable {
+				c.Close()
+				return true
+			}
+			return false
 		}
 	}
-	c.Close()
+	if c.peekBefore(time.Now().Add(time.Millisecond)) {
+		c.Close()
+		return true
+	}
+	return c.closed
+}
+
+// peekBefore reports whether a byte (or the end of the stream, or an
+// error other than the deadline) can be read before the deadline. With a
+// deadline in the past only what is already buffered is seen, without a
+// system call.
+func (c *Conn) peekBefore(deadline time.Time) bool {
+	c.nc.SetReadDeadline(deadline)
+	_, err := c.r.Peek(1)
+	c.nc.SetReadDeadline(time.Time{})
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false // nothing to read: alive, as far as one can tell
+	}
 	return true
 }
 
@@ -516,12 +548,12 @@ func (c *Conn) Send(env Envelope, msg io.Reader) (*Tx, error) {
 		msg = strings.NewReader("")
 	}
 	c.deadline(c.opts.timeout(c.opts.DataTimeout, 600*time.Second))
-	dw := textproto.NewWriter(c.w).DotWriter()
-	if _, err := io.Copy(dw, msg); err != nil {
+	c.dot = dotWriter{w: c.w}
+	if _, err := io.Copy(&c.dot, msg); err != nil {
 		c.Close()
 		return tx, &Error{Stage: StageDot, Target: c.target, Err: err}
 	}
-	if err := dw.Close(); err != nil { // writes ".\r\n" and flushes
+	if err := c.dot.Close(); err != nil { // writes ".\r\n" and flushes
 		c.Close()
 		return tx, &Error{Stage: StageDot, Target: c.target, Err: err}
 	}

@@ -113,8 +113,8 @@ func TestSendPipelinedWithExtensions(t *testing.T) {
 		t.Error("not pipelined although the server offers PIPELINING")
 	}
 	// Everything up to DATA went out before the server answered MAIL.
-	if want := []string{tx.MailCmd, tx.RcptCmds[0], tx.RcptCmds[1], tx.RcptCmds[2]}; !slices.Equal(s.batched[:4], want) {
-		t.Errorf("commands buffered together %q, want %q", s.batched, want)
+	if b, want := s.batchedCmds(), []string{tx.MailCmd, tx.RcptCmds[0], tx.RcptCmds[1], tx.RcptCmds[2]}; len(b) < 4 || !slices.Equal(b[:4], want) {
+		t.Errorf("commands buffered together %q, want %q", b, want)
 	}
 	if want := "MAIL FROM:<s@e.test> SIZE=42 BODY=8BITMIME SMTPUTF8 RET=HDRS ENVID=id1"; tx.MailCmd != want {
 		t.Errorf("MAIL = %q, want %q", tx.MailCmd, want)
@@ -161,8 +161,8 @@ func TestSendLockstepWithoutExtensions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tx.Pipelined || len(s.batched) != 0 {
-		t.Errorf("pipelined %v, batched %q: want lock-step without PIPELINING", tx.Pipelined, s.batched)
+	if b := s.batchedCmds(); tx.Pipelined || len(b) != 0 {
+		t.Errorf("pipelined %v, batched %q: want lock-step without PIPELINING", tx.Pipelined, b)
 	}
 	// No parameter the server did not announce.
 	if tx.MailCmd != "MAIL FROM:<s@e.test>" || tx.RcptCmds[0] != "RCPT TO:<bad@d.test>" {

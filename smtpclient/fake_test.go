@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"math/big"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -81,6 +82,13 @@ func (s *fakeServer) record(line string) {
 }
 
 // commands returns the client's commands seen so far, in order.
+// batchedCmds is a copy of batched.
+func (s *fakeServer) batchedCmds() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.batched)
+}
+
 func (s *fakeServer) commands() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

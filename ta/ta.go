@@ -146,6 +146,17 @@ func (d *Delivery) Body() *os.File {
 	return d.body
 }
 
+// BodyFD is the message file's descriptor, open for reading while the
+// delivery function runs (Serve closes it), for an agent that reads it
+// with raw system calls: it spares the *os.File that Body makes and its
+// own close. Do not close it. -1 when the file is not open.
+func (d *Delivery) BodyFD() int {
+	if d.body != nil {
+		return int(d.body.Fd())
+	}
+	return d.bodyFD
+}
+
 // Report settles one recipient at once, while the delivery function runs
 // (never after it returned), and flushes so the scheduler sees it now: an
 // SMTP agent reports a refused RCPT before DATA, as ZMailer's smtp does.

@@ -283,6 +283,35 @@ func TestA1Transcript(t *testing.T) {
 	}
 }
 
+// BodyFD reads the same message file as Body, before and after Body made
+// its *os.File.
+func TestBodyFD(t *testing.T) {
+	dir := spool(t)
+	put(t, dir, "10002561", []byte(a1), true)
+	var raw, viaFile []byte
+	c := serve(t, &Agent{Channel: "smtp", Dir: dir}, func(d *Delivery) []Result {
+		pread := func() []byte {
+			b := make([]byte, len(testBody)+10)
+			n, err := syscall.Pread(d.BodyFD(), b, d.File.BodyOffset)
+			if err != nil {
+				t.Error(err)
+			}
+			return b[:n]
+		}
+		raw = pread()
+		d.Body()
+		viaFile = pread()
+		return []Result{{Rcpt: d.Rcpts[0], Status: report.OK3, Text: a1Text}}
+	})
+	c.expect("#hungry")
+	c.send("10002561\tdest.test\n")
+	c.expect("10002561/121\t\tok3 "+a1Text, "#hungry")
+	c.end()
+	if string(raw) != testBody || string(viaFile) != testBody {
+		t.Errorf("body through BodyFD = %q, after Body %q; want %q", raw, viaFile, testBody)
+	}
+}
+
 // TestSettle checks every outcome's report line, mark and d line, and that
 // no other byte of the file changes.
 func TestSettle(t *testing.T) {

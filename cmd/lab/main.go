@@ -3,6 +3,8 @@
 //	lab feedback [-real] [flags]   Postfix's active-limiter experiment (SCHEDULER_README)
 //	lab ceiling [-sim]             the learned concurrency ceiling beside Postfix's 1/N
 //	lab soak [-minutes N]          issue 16's hostile battery against a live scheduler
+//	lab smtp-vs-postfix [flags]    one queue delivered over SMTP by zsched and by Postfix
+//	lab null-vs-postfix [flags]    one queue drained by zsched's and Postfix's null agents
 //
 // Each subcommand is one function in its own file; add one by adding a case.
 package main
@@ -13,6 +15,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"zsched/lab"
 )
 
 const usage = `usage: lab COMMAND [flags]
@@ -30,12 +35,20 @@ commands:
              changed, and a Postfix maillog (about 10 minutes)
   soak       the hostile battery against a live scheduler for -minutes N, then a final
              drain: prints lost, duplicated and stranded recipients
+  smtp-vs-postfix  one queue delivered over SMTP to smtp-sink by zsched + smtp-ta and by
+             Postfix's qmgr + smtp(8), interleaved: rates, CPU per recipient, ratio
+  null-vs-postfix  the same queue drained by zsched + testagents/sink and by Postfix's
+             qmgr + discard(8)
 `
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "lab:", err)
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "lab: ") {
+				msg = "lab: " + msg
+			}
+			fmt.Fprintln(os.Stderr, msg)
 		}
 		os.Exit(2)
 	}
@@ -59,6 +72,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return simulateValidate(args[1:], stdout, stderr)
 	case "soak":
 		return soak(args[1:], stdout, stderr)
+	case "smtp-vs-postfix":
+		return versus(lab.SMTP, args[1:], stdout, stderr)
+	case "null-vs-postfix":
+		return versus(lab.Null, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -83,20 +83,24 @@ func postfixLab(args []string, stdout, stderr io.Writer) error {
 }
 
 // buildSmtpTA builds ./cmd/smtp-ta of the module we run in into dir.
-func buildSmtpTA(dir string) (string, error) {
+func buildSmtpTA(dir string) (string, error) { return buildCmd(dir, "./cmd/smtp-ta") }
+
+// buildCmd builds the command pkg ("./cmd/smtp-ta") of the module we run
+// in into dir, and returns the program's path.
+func buildCmd(dir, pkg string) (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
-		return "", fmt.Errorf("postfix: go env GOMOD: %w", err)
+		return "", fmt.Errorf("go env GOMOD: %w", err)
 	}
 	gomod := strings.TrimSpace(string(out))
 	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("postfix: run inside the zsched module (go run ./cmd/lab postfix)")
+		return "", fmt.Errorf("run inside the zsched module (go run ./cmd/lab ...)")
 	}
-	path := filepath.Join(dir, "smtp-ta")
-	cmd := exec.Command("go", "build", "-o", path, "./cmd/smtp-ta")
+	path := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", path, pkg)
 	cmd.Dir = filepath.Dir(gomod)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("postfix: go build ./cmd/smtp-ta: %w\n%s", err, out)
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 	}
 	return path, nil
 }

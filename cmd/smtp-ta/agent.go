@@ -17,9 +17,12 @@ import (
 )
 
 // agent delivers jobs over SMTP. It keeps one session open between jobs
-// (ZMailer's smtp does too): a job for the same destination reuses it, a
-// job for another destination closes it first, and while the agent is idle
-// a NOOP every noop interval keeps it alive or finds it dead.
+// (ZMailer's smtp does too): a job for the same destination reuses it, and
+// so does a job for another destination routed to the same server (the
+// same literal next hop: a route, -F, an address literal), as Postfix's
+// connection cache finds a session by server address; a job for another
+// server closes it first. While the agent is idle a NOOP every noop
+// interval keeps it alive or finds it dead.
 type agent struct {
 	dir      string // job paths are relative to it ("" = working directory)
 	port     int
@@ -35,47 +38,58 @@ type agent struct {
 
 	mu    sync.Mutex // held by a job and by the NOOP timer
 	sess  *session
-	timer *time.Timer
-	gen   int // bumped by each job, so a stale NOOP timer does nothing
+	timer *time.Timer // the idle session's NOOP, reset after each job
+	due   time.Time   // when the NOOP is due; a timer that fires early does nothing
+	msg   message     // the job's message, its buffers kept across jobs
 }
 
 // session is an open SMTP session and the destination it serves.
 type session struct {
-	dest  string // the job host it was opened for
-	conn  *smtpclient.Conn
-	peer  peer
-	reuse bool // it served an earlier job: the server may have dropped it since
+	dest   string // the job host it was opened for
+	hop    smtpclient.Nexthop
+	policy smtpclient.TLSPolicy
+	conn   *smtpclient.Conn
+	peer   peer
+	reuse  bool // it served an earlier job: the server may have dropped it since
 }
 
 // deliver is the ta delivery function: every locked recipient of the job
-// gets a result, reported as soon as it is known.
+// gets a result. A transaction's results are reported as soon as it ends
+// when another transaction of the job follows; those of the job's last are
+// returned, and ta writes them with its next #hungry, in one write with the
+// reports of other quick jobs.
 func (a *agent) deliver(d *ta.Delivery) []ta.Result {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.gen++
 	if a.timer != nil {
 		a.timer.Stop()
 	}
 	defer a.armNoop()
 
-	emit := func(rs ...ta.Result) {
-		for _, r := range rs {
+	var out []ta.Result
+	emit := func(rs ...ta.Result) { out = append(out, rs...) }
+	// settled sends what is settled before the job goes on to another
+	// transaction, so the scheduler does not wait on it.
+	settled := func() {
+		for _, r := range out {
 			if err := d.Report(r); err != nil {
 				a.log.Error("report to the scheduler", "error", err)
 			}
 		}
+		out = out[:0]
 	}
-	msg, err := readMessage(a.dir, d)
-	if err != nil {
+	msg := &a.msg
+	defer msg.release()
+	if err := msg.read(a.dir, d); err != nil {
 		a.log.Warn("cannot read the message", "job", d.Path, "error", err)
 		for _, g := range groups(d) {
 			for _, rc := range g.rcpts {
 				emit(transient(rc, err.Error()))
 			}
 		}
-		return nil
+		return out
 	}
-	siteDown := map[string]ta.Result{} // destination → the failure that ends it for this job
+	var siteDown map[string]ta.Result // destination → the failure that ends it for this job
 	for _, g := range groups(d) {
 		if r, down := siteDown[g.dest]; down {
 			for _, rc := range g.rcpts {
@@ -84,11 +98,15 @@ func (a *agent) deliver(d *ta.Delivery) []ta.Result {
 			}
 			continue
 		}
-		if fail, ok := a.transactions(d, msg, g, emit); !ok {
+		settled()
+		if fail, ok := a.transactions(d, msg, g, emit, settled); !ok {
+			if siteDown == nil {
+				siteDown = map[string]ta.Result{}
+			}
 			siteDown[g.dest] = fail
 		}
 	}
-	return nil
+	return out
 }
 
 // group is the recipients of one job that share a transaction's envelope
@@ -130,7 +148,7 @@ func groups(d *ta.Delivery) []*group {
 // recipients. It returns false, with a template result, when the
 // destination failed as a site (every later recipient of the job for it
 // is deferred the same way without another attempt).
-func (a *agent) transactions(d *ta.Delivery, msg *message, g *group, emit func(...ta.Result)) (ta.Result, bool) {
+func (a *agent) transactions(d *ta.Delivery, msg *message, g *group, emit func(...ta.Result), settled func()) (ta.Result, bool) {
 	header, err := msg.header(g.header)
 	if err != nil {
 		for _, rc := range g.rcpts {
@@ -154,6 +172,7 @@ func (a *agent) transactions(d *ta.Delivery, msg *message, g *group, emit func(.
 	pending := g.rcpts
 	retried := false
 	for len(pending) > 0 {
+		settled()
 		chunk := pending[:min(len(pending), a.maxRcpt)]
 		s, fail := a.session(g.dest, chunk)
 		if s == nil {
@@ -202,8 +221,10 @@ func (a *agent) transactions(d *ta.Delivery, msg *message, g *group, emit func(.
 		}
 		s.reuse = true
 		res, again := outcomes(tx, err, chunk, s.peer)
-		a.log.Info("transaction", "job", d.Path, "dest", g.dest, "server", s.conn.Target().String(),
-			"rcpts", len(chunk), "accepted", tx.Accepted(), "final", tx.Final.String(), "error", errString(err))
+		if a.log.IsInfo() {
+			a.log.Info("transaction", "job", d.Path, "dest", g.dest, "server", s.conn.Target().String(),
+				"rcpts", len(chunk), "accepted", tx.Accepted(), "final", tx.Final.String(), "error", errString(err))
+		}
 		emit(res...)
 		pending = append(again, pending[len(chunk):]...)
 		if err != nil {
@@ -251,18 +272,26 @@ func (a *agent) refuse(s *session, env smtpclient.Envelope, chunk []rcpt) (res [
 	return res, false
 }
 
-// session returns an open session for dest: the cached one if it serves
-// dest and is alive, else a new one (closing the old). When no server of
-// dest can be reached it returns nil and a result for each of rcpts:
-// deferall, or error2 for a domain that takes no mail (null MX).
+// session returns an open session for dest: the cached one if it is alive
+// and serves dest or dest's next hop, else a new one (closing the old).
+// When no server of dest can be reached it returns nil and a result for
+// each of rcpts: deferall, or error2 for a domain that takes no mail (null
+// MX).
 func (a *agent) session(dest string, rcpts []rcpt) (*session, []ta.Result) {
-	if a.sess != nil && (a.sess.dest != dest || a.sess.conn.Stale()) {
-		a.drop()
+	nh, policy, err := a.nexthop(dest)
+	if s := a.sess; s != nil {
+		// The same destination, or the same fixed server: a literal next
+		// hop needs no lookup to be compared, and TLS was set up under
+		// the same policy for the same name.
+		fits := s.dest == dest || (err == nil && !nh.MX && nh == s.hop && policy == s.policy)
+		if !fits || s.conn.Stale() {
+			a.drop()
+		}
 	}
 	if a.sess != nil {
+		a.sess.dest = dest
 		return a.sess, nil
 	}
-	nh, policy, err := a.nexthop(dest)
 	var targets []smtpclient.Target
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -288,7 +317,7 @@ func (a *agent) session(dest string, rcpts []rcpt) (*session, []ta.Result) {
 	for _, t := range targets {
 		conn, err := smtpclient.Dial(context.Background(), t, opts)
 		if err == nil {
-			a.sess = &session{dest: dest, conn: conn, peer: peerOf(conn)}
+			a.sess = &session{dest: dest, hop: nh, policy: policy, conn: conn, peer: peerOf(conn)}
 			a.log.Debug("connected", "dest", dest, "server", t.String(), "tls", conn.TLS())
 			return a.sess, nil
 		}
@@ -349,21 +378,27 @@ func (a *agent) drop() {
 }
 
 // armNoop schedules the idle NOOP for the session left open by a job.
+// One timer serves the agent's life: a job stops it and resets it.
 func (a *agent) armNoop() {
 	if a.sess == nil || a.noop <= 0 {
 		return
 	}
-	gen := a.gen
-	a.timer = time.AfterFunc(a.noop, func() { a.keepalive(gen) })
+	a.due = time.Now().Add(a.noop)
+	if a.timer == nil {
+		a.timer = time.AfterFunc(a.noop, a.keepalive)
+		return
+	}
+	a.timer.Reset(a.noop)
 }
 
 // keepalive sends NOOP on the idle session, and again every noop
 // interval while no job comes; a failed NOOP closes it, so the next job
-// connects afresh.
-func (a *agent) keepalive(gen int) {
+// connects afresh. A firing that a job overtook (it waited for the job to
+// end, which moved the NOOP on) does nothing.
+func (a *agent) keepalive() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if gen != a.gen || a.sess == nil {
+	if a.sess == nil || a.noop <= 0 || time.Now().Before(a.due) {
 		return
 	}
 	if err := a.sess.conn.Noop(); err != nil {
@@ -373,14 +408,13 @@ func (a *agent) keepalive(gen int) {
 		return
 	}
 	a.log.Debug("NOOP ok on the idle session", "dest", a.sess.dest)
-	a.timer = time.AfterFunc(a.noop, func() { a.keepalive(gen) })
+	a.armNoop()
 }
 
 // close ends the agent's session, when the scheduler ends the agent.
 func (a *agent) close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.gen++
 	if a.timer != nil {
 		a.timer.Stop()
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"regexp"
 	"strconv"
@@ -116,16 +117,26 @@ func equalMaps[K, V comparable](a, b map[K]V) bool {
 	return true
 }
 
-// One session for jobs to one destination (across #idle), a new one when
-// the destination changes, QUIT on the old one.
+// One session for jobs to one destination (across #idle), and for jobs to
+// another destination routed to the same server (as Postfix's connection
+// cache reuses a session by server address); a new one, with QUIT on the
+// old, when the server changes.
 func TestSessionReuseAndHostChange(t *testing.T) {
 	t.Parallel()
-	pf := startPostfix(t, postfix.Config{})
+	pf1, pf2 := startPostfix(t, postfix.Config{}), startPostfix(t, postfix.Config{})
 	sp := newSpool(t)
 	m1 := sp.enqueue("one\n", "a@d0.test", "b@d0.test")
 	m2 := sp.enqueue("two\n", "c@d0.test")
 	m3 := sp.enqueue("three\n", "d@d1.test")
-	d := serve(t, sp, forced(t, newAgent(0), pf.Addr))
+	m4 := sp.enqueue("four\n", "e@d2.test")
+	ag := newAgent(0)
+	routes, err := smtpclient.ParseRoutes("routes", []byte(fmt.Sprintf(
+		"d0.test [127.0.0.1]:%d\nd1.test [127.0.0.1]:%d\nd2.test [127.0.0.1]:%d\n", pf1.Port, pf1.Port, pf2.Port)), 25)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag.routes = routes
+	d := serve(t, sp, ag)
 	for _, j := range []struct{ rel, host string }{{m1, "d0.test"}, {m2, "d0.test"}} {
 		for a, st := range statuses(d.job(sp, j.rel, j.host)) {
 			if st != "ok" {
@@ -137,23 +148,23 @@ func TestSessionReuseAndHostChange(t *testing.T) {
 	if st := statuses(d.job(sp, m3, "d1.test")); st["d@d1.test"] != "ok" {
 		t.Fatalf("d1.test: %v", st)
 	}
+	// Another server: the session to the first ends with QUIT now.
+	if st := statuses(d.job(sp, m4, "d2.test")); st["e@d2.test"] != "ok" {
+		t.Fatalf("d2.test: %v", st)
+	}
+	sessions := disconnects(waitLog(t, pf1, "quit=1 commands", 10*time.Second))
+	if len(sessions) != 1 {
+		t.Fatalf("%d sessions to the first server, want 1 (d0.test and d1.test):\n%v", len(sessions), sessions)
+	}
+	// It carried the three messages (one transaction each, no RSET
+	// between them).
+	if s := sessions[0]; s["mail"] != 3 || s["rcpt"] != 4 || s["data"] != 3 || s["quit"] != 1 || s["rset"] != 0 {
+		t.Errorf("first server's session %v", s)
+	}
 	d.end()
-	log := waitLog(t, pf, "quit=1 commands", 10*time.Second)
-	sessions := disconnects(log)
-	for len(sessions) < 2 {
-		log = waitLog(t, pf, "disconnect", 5*time.Second)
-		sessions = disconnects(log)
-	}
-	if len(sessions) != 2 {
-		t.Fatalf("%d sessions, want 2 (d0.test, then d1.test):\n%s", len(sessions), log)
-	}
-	// The first carried both d0.test messages (one transaction each, no
-	// RSET between them) and ended with QUIT when the host changed.
-	if s := sessions[0]; s["mail"] != 2 || s["rcpt"] != 3 || s["data"] != 2 || s["quit"] != 1 || s["rset"] != 0 {
-		t.Errorf("first session %v", s)
-	}
-	if s := sessions[1]; s["mail"] != 1 || s["quit"] != 1 {
-		t.Errorf("second session %v", s)
+	sessions = disconnects(waitLog(t, pf2, "quit=1 commands", 10*time.Second))
+	if len(sessions) != 1 || sessions[0]["mail"] != 1 || sessions[0]["quit"] != 1 {
+		t.Errorf("second server's sessions %v", sessions)
 	}
 }
 
@@ -267,6 +278,37 @@ func TestFailureMapping(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A body larger than the agent holds in memory is streamed from the queue
+// file, dot-stuffed and with CRLF line ends like a small one.
+func TestLargeBody(t *testing.T) {
+	t.Parallel()
+	sink := startSink(t)
+	sp := newSpool(t)
+	var body strings.Builder
+	for i := 0; body.Len() <= maxInCore+maxInCore/2; i++ {
+		fmt.Fprintf(&body, "line %d of a large message, caf\xc3\xa9\n.a line that starts with a dot\n", i)
+	}
+	rel := sp.enqueue(body.String(), "big@d0.test")
+	d := serve(t, sp, forced(t, newAgent(0), sink.Addr))
+	if st := statuses(d.job(sp, rel, "d0.test")); st["big@d0.test"] != "ok" {
+		t.Fatalf("%v", st)
+	}
+	d.end()
+	txs, err := sink.Transactions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(txs) != 1 {
+		t.Fatalf("%d transactions, want 1", len(txs))
+	}
+	// smtp-sink dumps the message's lines as it took them off the wire,
+	// dot-stuffing undone, LF-terminated, and a blank line after them.
+	want := "From: sender@example.org\nSubject: zsched test\n\n" + body.String() + "\n"
+	if got := txs[0].Message; !strings.HasSuffix(got, want) {
+		t.Errorf("the sink got %d bytes, not the message of %d: ...%q", len(got), len(want), got[max(0, len(got)-200):])
 	}
 }
 

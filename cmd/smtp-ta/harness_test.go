@@ -97,8 +97,8 @@ func startPostfix(t *testing.T, cfg postfix.Config) *postfix.Instance {
 
 func startSink(t *testing.T, flags ...string) *postfix.Sink {
 	t.Helper()
-	_, err := os.Stat(postfix.SmtpSinkPath)
-	need.Met(t, "smtp-sink (the postfix package)", err)
+	need.Met(t, "the postfix package, as root", postfix.Available())
+	need.Met(t, "smtp-sink (the postfix package)", postfix.SinkAvailable())
 	s, err := postfix.StartSink(reachable(t), 0, flags...)
 	if err != nil {
 		t.Fatal(err)

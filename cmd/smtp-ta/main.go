@@ -18,6 +18,14 @@
 // connection) to a file; without it the agent logs nothing, since its
 // stderr is the scheduler's report stream.
 //
+// The agent keeps its SMTP session between jobs: the next job reuses it
+// when it goes to the same destination, or to another routed to the same
+// fixed next hop (-F, a route, an address literal: a smarthost, or one
+// server for many domains); otherwise QUIT and a new session. An idle
+// session gets a NOOP every -noop interval. Run it with GOMAXPROCS=1 in
+// the clause's command: one job at a time needs one P, and more only add
+// idle threads the runtime wakes.
+//
 // Outcomes, per recipient: 2xx → ok (ok2 with a success d line for
 // NOTIFY=SUCCESS to a server without DSN; ok3 when the server took that
 // duty), 5xx → error2 with a d line, 4xx → deferred (deferback after the

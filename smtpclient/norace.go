@@ -1,0 +1,5 @@
+//go:build !race
+
+package smtpclient
+
+const rawIO = true
