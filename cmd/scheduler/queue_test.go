@@ -131,7 +131,7 @@ func TestHoldsSurviveRestart(t *testing.T) {
 		p.agent("sink"), dlog))
 	po := p.postofficeDir()
 
-	cmd, log, _ := p.start("run")
+	cmd, log, done := p.start("run")
 	waitLine(t, log, "queue read at start")
 	// A glob: every host under held.test, on smtp.
 	out := p.mustCLI("hold", "smtp/*.held.test")
@@ -180,9 +180,9 @@ func TestHoldsSurviveRestart(t *testing.T) {
 
 	// SIGKILL: the scheduler and its agents die at once.
 	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
+	<-done // start's goroutine waits for the process: one Wait only
 	killAll(agentsIn(po))
-	cmd, log, done := p.start("run")
+	cmd, log, done = p.start("run")
 	waitLine(t, log, "queue read at start")
 	// Mail that arrives later for a held destination is held too.
 	p.mustCLI("enqueue", "-from", "s@example.org", "c@y.held.test")
@@ -468,7 +468,7 @@ func testRetryRestart(t *testing.T, sig syscall.Signal) {
 			return bytes.Count(b, []byte("\nD ")) >= msgs*per
 		})
 		cmd.Process.Signal(sig)
-		cmd.Wait()
+		<-done // start's goroutine waits for the process: one Wait only
 		killAll(agentsIn(po))
 	}
 	// Now an agent that delivers: anything tried shows.
