@@ -439,6 +439,10 @@ func (p *postfixParser) delivery(n int, pl *postfixLine, out []Record) ([]Record
 		service = time.Duration((d[2] + d[3]) * float64(time.Second))
 		since = time.Duration((d[1] + d[2] + d[3]) * float64(time.Second))
 	}
+	if pl.prog == "" {
+		// "postfix/[pid]": no agent names the channel.
+		return out, lineError(n, "delivery from a process without a name")
+	}
 	qs := p.qid(pl.qid)
 	rs := qs.rcpts[addr]
 	if rs == nil {
