@@ -187,7 +187,7 @@ func (d *Daemon) spawn(sp core.Spawn) error {
 	if err != nil {
 		return err
 	}
-	p, err := agent.Start(sp.Agent, agent.Spec{
+	spec := agent.Spec{
 		Argv:  argv,
 		Env:   env,
 		Dir:   d.spool.TransportDir(),
@@ -195,7 +195,10 @@ func (d *Daemon) spawn(sp core.Spawn) error {
 		UID:   uid,
 		GID:   gid,
 		Nice:  c.Nice,
-	}, d.events, d.log.Named("agent").With("clause", c.Select, "channel", sp.Channel, "host", sp.Host))
+	}
+	alog := d.log.Named("agent").With("clause", c.Select, "channel", sp.Channel, "host", sp.Host)
+	var p *agent.Proc
+	offLoop(func() { p, err = agent.Start(sp.Agent, spec, d.events, alog) })
 	if err != nil {
 		return err
 	}

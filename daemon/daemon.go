@@ -13,11 +13,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"zsched/agent"
 	"zsched/config"
@@ -50,6 +52,11 @@ type Options struct {
 	// when the queue drained, before the shutdown (the bench samples the
 	// process's own CPU time there, the agents still running).
 	OnDrained func()
+	// LoopThread locks Run's goroutine to one OS thread for the whole run,
+	// so that the thread's CPU time is the loop's alone (LoopCPU): the
+	// loop-only benchmark's measure. Off in production, where a goroutine
+	// that must wake on one given thread gains nothing.
+	LoopThread bool
 }
 
 // Daemon is a running scheduler.
@@ -100,6 +107,9 @@ type Daemon struct {
 	// judging locks (intake.go: judgeLocks); nil: one of d.procs.
 	ownsLock func(pid int) bool
 	stopped  bool
+	// loopCPU is the CPU time of Run's thread, set when Run returns with
+	// Options.LoopThread.
+	loopCPU time.Duration
 
 	ops ops // control socket, reload, metrics (control.go, metrics.go)
 
@@ -216,6 +226,12 @@ func (d *Daemon) Core() *core.Core { return d.core }
 // is empty. Shutdown ends every agent gracefully within the configured
 // bound, then kills what is left; nothing else needs saving.
 func (d *Daemon) Run(ctx context.Context) error {
+	asLoop()
+	if d.opt.LoopThread {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer d.measureLoop()
+	}
 	defer d.close()
 	defer d.saveState() // after shutdown: the agents' last reports count
 	// What a stop interrupted between a message's two unlinks, before the
@@ -311,6 +327,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// measureLoop records the CPU time of the calling thread, to which Run's
+// goroutine is locked (Options.LoopThread).
+func (d *Daemon) measureLoop() {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err == nil {
+		d.loopCPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+}
+
+// LoopCPU is the CPU time Run's goroutine used, user and system, once Run
+// has returned with Options.LoopThread; 0 otherwise.
+func (d *Daemon) LoopCPU() time.Duration { return d.loopCPU }
 
 // serveWaiting answers the control requests already waiting, so that an
 // operator's mailq or WHY waits for at most a slice of a busy turn, never

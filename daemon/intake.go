@@ -610,6 +610,7 @@ func (d *Daemon) startFetch(batch []fetched) *fetchJob {
 	for w := range workers {
 		j.wg.Add(1)
 		go func() {
+			asHelper()
 			defer j.wg.Done()
 			for i := w; i < len(j.out); i += workers {
 				o := &j.out[i]
@@ -622,6 +623,7 @@ func (d *Daemon) startFetch(batch []fetched) *fetchJob {
 		}()
 	}
 	go func() {
+		asHelper()
 		j.wg.Wait()
 		close(j.done)
 	}()
