@@ -14,12 +14,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 
 	"zsched/agent"
 	"zsched/config"
@@ -52,10 +52,10 @@ type Options struct {
 	// when the queue drained, before the shutdown (the bench samples the
 	// process's own CPU time there, the agents still running).
 	OnDrained func()
-	// LoopThread locks Run's goroutine to one OS thread for the whole run,
-	// so that the thread's CPU time is the loop's alone (LoopCPU): the
-	// loop-only benchmark's measure. Off in production, where a goroutine
-	// that must wake on one given thread gains nothing.
+	// LoopThread locks Run's goroutine to one OS thread for the whole run
+	// and counts that thread's CPU time outside the loop's blocking select
+	// (LoopCPU): the loop-only benchmark's measure. Off in production,
+	// where a goroutine bound to one thread only costs hand-offs.
 	LoopThread bool
 }
 
@@ -107,9 +107,7 @@ type Daemon struct {
 	// judging locks (intake.go: judgeLocks); nil: one of d.procs.
 	ownsLock func(pid int) bool
 	stopped  bool
-	// loopCPU is the CPU time of Run's thread, set when Run returns with
-	// Options.LoopThread.
-	loopCPU time.Duration
+	clock    loopClock // the loop's own CPU time, with Options.LoopThread
 
 	ops ops // control socket, reload, metrics (control.go, metrics.go)
 
@@ -227,10 +225,12 @@ func (d *Daemon) Core() *core.Core { return d.core }
 // bound, then kills what is left; nothing else needs saving.
 func (d *Daemon) Run(ctx context.Context) error {
 	asLoop()
+	defer pprof.SetGoroutineLabels(ctx) // the caller's again
 	if d.opt.LoopThread {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		defer d.measureLoop()
+		d.clock.start()
+		defer d.clock.stop()
 	}
 	defer d.close()
 	defer d.saveState() // after shutdown: the agents' last reports count
@@ -268,6 +268,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.log.Info("queue drained", "delivered", st.Delivered, "failed", st.Failed,
 				"deferred", st.Deferred, "agents_started", st.AgentsStarted, "dispatched", st.Dispatched,
 				"dispatch_p50", st.DispatchP50.String(), "dispatch_p99", st.DispatchP99.String())
+			d.clock.stop() // the drain's, not the agents' ending
 			if d.opt.OnDrained != nil {
 				d.opt.OnDrained()
 			}
@@ -280,11 +281,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 			wait = 0
 		}
 		timer.Reset(max(wait, 0))
+		d.clock.sleep()
 		select {
 		case <-ctx.Done():
+			d.clock.woke()
 			d.log.Info("shutting down", "reason", context.Cause(ctx))
 			return d.shutdown()
 		case ev := <-d.events:
+			d.clock.woke()
 			d.agentEvent(ev)
 			// Take whatever else is ready before acting on any of it: the
 			// job lines for one agent then leave in one write, and the
@@ -305,41 +309,40 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			d.apply()
 		case evs := <-d.bookEvents():
+			d.clock.woke()
 			d.core.Window(d.now(), evs) // cluster.go; applied at the top of the loop
 		case <-d.fetchDone():
+			d.clock.woke()
 			// intakeStep takes the batch at the top of the loop.
 		case <-d.rm.done:
+			d.clock.woke()
 			d.removed(d.rm.take()) // complete.go
 		case rel, ok := <-notify:
+			d.clock.woke()
 			if !ok {
 				notify = nil
 				continue
 			}
 			d.enqueueRead(rel)
 		case req := <-d.requests():
+			d.clock.woke()
 			d.control(req)
 		case f := <-d.ops.calls:
+			d.clock.woke()
 			f()
 		case <-d.ops.reload:
+			d.clock.woke()
 			d.reload("by", "SIGHUP") // logs the outcome either way
 		case <-timer.C:
+			d.clock.woke()
 			d.tick()
 		}
 	}
 }
 
-// measureLoop records the CPU time of the calling thread, to which Run's
-// goroutine is locked (Options.LoopThread).
-func (d *Daemon) measureLoop() {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err == nil {
-		d.loopCPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-}
-
-// LoopCPU is the CPU time Run's goroutine used, user and system, once Run
-// has returned with Options.LoopThread; 0 otherwise.
-func (d *Daemon) LoopCPU() time.Duration { return d.loopCPU }
+// LoopCPU is the CPU time Run's goroutine used for its work, user and
+// system, once Run has returned with Options.LoopThread; 0 otherwise.
+func (d *Daemon) LoopCPU() time.Duration { return d.clock.busy }
 
 // serveWaiting answers the control requests already waiting, so that an
 // operator's mailq or WHY waits for at most a slice of a busy turn, never
