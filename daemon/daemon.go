@@ -75,8 +75,11 @@ type Daemon struct {
 	quietReloads int
 	// stats are the figures of the run (stats.go).
 	stats RunStats
-	// outcomeLine is logOutcome's key/value list, reused line to line.
+	// outcomeLine is logOutcome's key/value list, reused line to line,
+	// when there is no outcomes writer (outside Run).
 	outcomeLine *outcomeLine
+	// outcomes writes the outcome lines beside the loop while Run runs.
+	outcomes *outcomeLog
 
 	// unwritten holds d lines whose append failed (disk full, I/O error),
 	// per control file, retried before the message completes: a lost d line
@@ -243,6 +246,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		d.log.Warn("finishing interrupted removals", "error", err)
 	}
+	d.outcomes = newOutcomeLog(d.log)
+	defer func() { d.outcomes.close(); d.outcomes = nil }()
 	d.rm = newRemover(d.spool, d.log, d.now, d.noise)
 	// First: a drain removes the files of the last completions too.
 	defer func() { d.rm.close(d.opt.Drain) }()
@@ -260,6 +265,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.censusCheck(d.now())
 		d.commitHolds() // holds of messages that left the spool (holds.go)
 		if d.opt.Drain && d.intakeIdle() && d.core.Idle() && d.rm.idle() {
+			d.outcomes.sync() // they come before the summary
 			l := d.core.Latency()
 			c := d.core.Counters()
 			st := &Drained{Delivered: c.Delivered, Failed: c.Failed, Deferred: c.Deferred,
@@ -439,6 +445,9 @@ func (d *Daemon) applyLog() {
 		d.diags(r.Diags)
 		for _, o := range r.Outcomes {
 			d.logOutcome(o)
+		}
+		if d.outcomes != nil {
+			d.outcomes.flush()
 		}
 		for _, c := range r.Completes {
 			d.left(c.Inum)
