@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"zsched/agent"
 	"zsched/config"
 	"zsched/core"
@@ -96,6 +98,9 @@ func (d *Daemon) apply() {
 	}
 	// The outcome lines and throttles of exited agents are out.
 	clear(d.gone)
+	if d.outcomes != nil {
+		d.outcomes.flush()
+	}
 	d.pushBook() // cluster.go
 }
 
@@ -187,7 +192,7 @@ func (d *Daemon) spawn(sp core.Spawn) error {
 	if err != nil {
 		return err
 	}
-	p, err := agent.Start(sp.Agent, agent.Spec{
+	spec := agent.Spec{
 		Argv:  argv,
 		Env:   env,
 		Dir:   d.spool.TransportDir(),
@@ -195,7 +200,10 @@ func (d *Daemon) spawn(sp core.Spawn) error {
 		UID:   uid,
 		GID:   gid,
 		Nice:  c.Nice,
-	}, d.events, d.log.Named("agent").With("clause", c.Select, "channel", sp.Channel, "host", sp.Host))
+	}
+	alog := d.log.Named("agent").With("clause", c.Select, "channel", sp.Channel, "host", sp.Host)
+	var p *agent.Proc
+	offLoop(func() { p, err = agent.Start(sp.Agent, spec, d.events, alog) })
 	if err != nil {
 		return err
 	}
@@ -304,21 +312,34 @@ func (d *Daemon) lastUnwritten() {
 	}
 }
 
-// logOutcome writes the per-recipient line operators grep, with fixed keys.
+// logOutcome writes the per-recipient line operators grep, with fixed keys,
+// to the log and the statelog: through the outcome writer beside the loop
+// while Run runs, else at once. The queue id, the agent's pid and the
+// retry journal's record are the loop's, taken here.
 func (d *Daemon) logOutcome(o core.Outcome) {
 	d.ops.metrics.outcome(o.Status)
 	pid := d.agentPid(o.Agent)
-	next := ""
-	if !o.Next.IsZero() {
-		next = o.Next.UTC().Format(time.RFC3339)
+	qid := d.qid(o.Path)
+	d.retry.deferred(qid, o) // retry.go: kept across a restart
+	if d.outcomes != nil {
+		d.outcomes.add(o, qid, pid, d.statelog)
+		return
 	}
 	l := d.outcomeLine
 	if l == nil {
 		l = newOutcomeLine()
 		d.outcomeLine = l
 	}
-	qid := d.qid(o.Path)
-	d.retry.deferred(qid, o) // retry.go: kept across a restart
+	l.write(d.log, d.statelog, &o, qid, pid)
+}
+
+// write logs o, of message qid, which agent pid had, to log and to the
+// statelog st (nil: none), reusing the list.
+func (l *outcomeLine) write(log hclog.Logger, st *stateLog, o *core.Outcome, qid string, pid int) {
+	next := ""
+	if !o.Next.IsZero() {
+		next = o.Next.UTC().Format(time.RFC3339)
+	}
 	l.set(outMsg, qid)
 	l.set(outRcpt, o.Offset)
 	l.set(outTo, o.User)
@@ -333,8 +354,8 @@ func (d *Daemon) logOutcome(o core.Outcome) {
 	l.set(outAttempts, o.Attempts)
 	l.same(outNext, &l.next, next)
 	l.same(outText, &l.text, o.Text)
-	d.log.Info("outcome", l.kv[:]...)
-	d.statelog.outcome(l.kv[:])
+	log.Info("outcome", l.kv[:]...)
+	st.outcome(l.kv[:])
 }
 
 // outcomeLine is logOutcome's key/value list, kept from line to line
@@ -368,8 +389,8 @@ const (
 var outcomeKeys = [outKeys]string{"msg", "rcpt", "to", "channel", "host", "ta",
 	"status", "delay", "attempts", "next", "text"}
 
-// newOutcomeLine returns the list with its keys in place. The daemon keeps
-// one: only Run's goroutine logs outcomes.
+// newOutcomeLine returns the list with its keys in place. Each goroutine
+// that logs outcomes keeps its own.
 func newOutcomeLine() *outcomeLine {
 	l := &outcomeLine{}
 	for f, k := range outcomeKeys {

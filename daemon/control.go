@@ -239,7 +239,7 @@ func (d *Daemon) control(req *control.Request) {
 			rep = control.Fail("no thread " + req.Args[0] + "/" + req.Args[1] + " in core")
 			req.Respond(rep)
 		} else {
-			go func() { req.Respond(control.Listing(st.finish(d.spool.TransportDir()))) }()
+			go func() { asHelper(); req.Respond(control.Listing(st.finish(d.spool.TransportDir()))) }()
 		}
 	} else {
 		rep = d.command(d.now(), req)

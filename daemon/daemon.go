@@ -13,6 +13,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +52,11 @@ type Options struct {
 	// when the queue drained, before the shutdown (the bench samples the
 	// process's own CPU time there, the agents still running).
 	OnDrained func()
+	// LoopThread locks Run's goroutine to one OS thread for the whole run
+	// and counts that thread's CPU time outside the loop's blocking select
+	// (LoopCPU): the loop-only benchmark's measure. Off in production,
+	// where a goroutine bound to one thread only costs hand-offs.
+	LoopThread bool
 }
 
 // Daemon is a running scheduler.
@@ -68,8 +75,11 @@ type Daemon struct {
 	quietReloads int
 	// stats are the figures of the run (stats.go).
 	stats RunStats
-	// outcomeLine is logOutcome's key/value list, reused line to line.
+	// outcomeLine is logOutcome's key/value list, reused line to line,
+	// when there is no outcomes writer (outside Run).
 	outcomeLine *outcomeLine
+	// outcomes writes the outcome lines beside the loop while Run runs.
+	outcomes *outcomeLog
 
 	// unwritten holds d lines whose append failed (disk full, I/O error),
 	// per control file, retried before the message completes: a lost d line
@@ -100,6 +110,7 @@ type Daemon struct {
 	// judging locks (intake.go: judgeLocks); nil: one of d.procs.
 	ownsLock func(pid int) bool
 	stopped  bool
+	clock    loopClock // the loop's own CPU time, with Options.LoopThread
 
 	ops ops // control socket, reload, metrics (control.go, metrics.go)
 
@@ -216,6 +227,14 @@ func (d *Daemon) Core() *core.Core { return d.core }
 // is empty. Shutdown ends every agent gracefully within the configured
 // bound, then kills what is left; nothing else needs saving.
 func (d *Daemon) Run(ctx context.Context) error {
+	asLoop()
+	defer pprof.SetGoroutineLabels(ctx) // the caller's again
+	if d.opt.LoopThread {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		d.clock.start()
+		defer d.clock.stop()
+	}
 	defer d.close()
 	defer d.saveState() // after shutdown: the agents' last reports count
 	// What a stop interrupted between a message's two unlinks, before the
@@ -227,6 +246,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		d.log.Warn("finishing interrupted removals", "error", err)
 	}
+	d.outcomes = newOutcomeLog(d.log)
+	defer func() { d.outcomes.close(); d.outcomes = nil }()
 	d.rm = newRemover(d.spool, d.log, d.now, d.noise)
 	// First: a drain removes the files of the last completions too.
 	defer func() { d.rm.close(d.opt.Drain) }()
@@ -244,6 +265,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.censusCheck(d.now())
 		d.commitHolds() // holds of messages that left the spool (holds.go)
 		if d.opt.Drain && d.intakeIdle() && d.core.Idle() && d.rm.idle() {
+			d.outcomes.sync() // they come before the summary
 			l := d.core.Latency()
 			c := d.core.Counters()
 			st := &Drained{Delivered: c.Delivered, Failed: c.Failed, Deferred: c.Deferred,
@@ -252,6 +274,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.log.Info("queue drained", "delivered", st.Delivered, "failed", st.Failed,
 				"deferred", st.Deferred, "agents_started", st.AgentsStarted, "dispatched", st.Dispatched,
 				"dispatch_p50", st.DispatchP50.String(), "dispatch_p99", st.DispatchP99.String())
+			d.clock.stop() // the drain's, not the agents' ending
 			if d.opt.OnDrained != nil {
 				d.opt.OnDrained()
 			}
@@ -264,11 +287,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 			wait = 0
 		}
 		timer.Reset(max(wait, 0))
+		d.clock.sleep()
 		select {
 		case <-ctx.Done():
+			d.clock.woke()
 			d.log.Info("shutting down", "reason", context.Cause(ctx))
 			return d.shutdown()
 		case ev := <-d.events:
+			d.clock.woke()
 			d.agentEvent(ev)
 			// Take whatever else is ready before acting on any of it: the
 			// job lines for one agent then leave in one write, and the
@@ -289,28 +315,40 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			d.apply()
 		case evs := <-d.bookEvents():
+			d.clock.woke()
 			d.core.Window(d.now(), evs) // cluster.go; applied at the top of the loop
 		case <-d.fetchDone():
+			d.clock.woke()
 			// intakeStep takes the batch at the top of the loop.
 		case <-d.rm.done:
+			d.clock.woke()
 			d.removed(d.rm.take()) // complete.go
 		case rel, ok := <-notify:
+			d.clock.woke()
 			if !ok {
 				notify = nil
 				continue
 			}
 			d.enqueueRead(rel)
 		case req := <-d.requests():
+			d.clock.woke()
 			d.control(req)
 		case f := <-d.ops.calls:
+			d.clock.woke()
 			f()
 		case <-d.ops.reload:
+			d.clock.woke()
 			d.reload("by", "SIGHUP") // logs the outcome either way
 		case <-timer.C:
+			d.clock.woke()
 			d.tick()
 		}
 	}
 }
+
+// LoopCPU is the CPU time Run's goroutine used for its work, user and
+// system, once Run has returned with Options.LoopThread; 0 otherwise.
+func (d *Daemon) LoopCPU() time.Duration { return d.clock.busy }
 
 // serveWaiting answers the control requests already waiting, so that an
 // operator's mailq or WHY waits for at most a slice of a busy turn, never
@@ -407,6 +445,9 @@ func (d *Daemon) applyLog() {
 		d.diags(r.Diags)
 		for _, o := range r.Outcomes {
 			d.logOutcome(o)
+		}
+		if d.outcomes != nil {
+			d.outcomes.flush()
 		}
 		for _, c := range r.Completes {
 			d.left(c.Inum)

@@ -359,7 +359,11 @@ func (d *Daemon) intakeStep() {
 	// Run's loop wakes when it is read (fetchDone); until then the loop
 	// serves agents and operators rather than wait.
 	if in.inflight != nil && in.inflight.finished() {
-		in.ready = append(in.ready, in.inflight.out...)
+		if len(in.ready) == 0 {
+			in.ready = in.inflight.out // not copied: a batch is large
+		} else {
+			in.ready = append(in.ready, in.inflight.out...)
+		}
 		in.inflight = nil
 	}
 	// Start the next batch before handing this one to the core, so that
@@ -589,6 +593,11 @@ type fetched struct {
 	brk *ctlfile.LockError // locks judged stale: read breaking them
 	f   *ctlfile.File
 	err error
+	// a is f's arrival, made beside the loop with the read (made says
+	// so); the loop adds to it what is loop state (holds, the retry
+	// journal), then refuses overlong addresses, as when it made it.
+	a    core.Arrival
+	made bool
 }
 
 // parallelFetch is the smallest batch worth reading on other goroutines.
@@ -610,6 +619,7 @@ func (d *Daemon) startFetch(batch []fetched) *fetchJob {
 	for w := range workers {
 		j.wg.Add(1)
 		go func() {
+			asHelper()
 			defer j.wg.Done()
 			for i := w; i < len(j.out); i += workers {
 				o := &j.out[i]
@@ -618,10 +628,15 @@ func (d *Daemon) startFetch(batch []fetched) *fetchJob {
 				} else {
 					o.f, o.err = d.spool.Read(o.rel)
 				}
+				if o.err == nil && (len(o.f.Turn) == 0 || o.f.ID != "") {
+					o.a = arrival(o.rel, o.f)
+					o.made = true
+				}
 			}
 		}()
 	}
 	go func() {
+		asHelper()
 		j.wg.Wait()
 		close(j.done)
 	}()
@@ -694,7 +709,10 @@ func (d *Daemon) admit(r fetched) {
 		d.turn(rel, f)
 		return
 	}
-	a := arrival(rel, f)
+	a := r.a
+	if !r.made {
+		a = arrival(rel, f)
+	}
 	a.Held = d.msgHeld(a.QID)
 	d.restoreRetry(&a, a.QID, f.Arrival)
 	refuseOverlong(&a)

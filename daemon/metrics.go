@@ -124,6 +124,7 @@ func serveMetrics(ln net.Listener, h http.Handler, log hclog.Logger, lim listenL
 		ErrorLog:          log.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Warn}),
 	}
 	go func() {
+		asHelper()
 		if err := srv.Serve(cl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics listener", "error", err)
 		}

@@ -113,6 +113,7 @@ func (r *remover) close(all bool) {
 const removeWorkers = 4
 
 func (r *remover) run() {
+	asHelper()
 	defer close(r.exit)
 	var wg sync.WaitGroup
 	for w := range removeWorkers {

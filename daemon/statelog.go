@@ -102,6 +102,9 @@ func (d *Daemon) openStateLog() error {
 // reopenStateLog is openStateLog for a reload: an error is logged, and the
 // scheduler goes on without the statelog until the next reload.
 func (d *Daemon) reopenStateLog() {
+	if d.outcomes != nil {
+		d.outcomes.sync() // the lines queued for the old file go to it
+	}
 	if err := d.openStateLog(); err != nil {
 		d.log.Error("cannot reopen the statelog", "file", d.cfg.Scheduler.StateLog, "error", err)
 		d.statelog.close()

@@ -64,6 +64,7 @@ func (d *Daemon) waitSweep() {
 // sweep is one sweep, as of now. Files that cannot be removed are logged
 // once, then hourly (rateLog): they fail again at every sweep.
 func (d *Daemon) sweep(now time.Time, done chan<- struct{}) {
+	asHelper()
 	defer close(done)
 	cutoff := now.Add(-debrisAge)
 	removed, err := d.spool.SweepTemp(cutoff)
