@@ -197,6 +197,10 @@ func (d *Daemon) act(now time.Time, v opVerb, t target, dry bool, who []any) (st
 	if dry {
 		return fmt.Sprintf("%s\twould be %s\t%s", t.qid, opDone[v], where), nil
 	}
+	// One line per message, with who asked (the words of issue 18's
+	// operator lines: "kill request", "hold", "release", "flush"), before
+	// what the request does: a kill in core logs "killed" at once.
+	d.log.Info(opLog[v], append([]any{"msg", t.qid, "in_core", inCore}, who...)...)
 	switch v {
 	case opKill:
 		if inCore {
@@ -233,9 +237,6 @@ func (d *Daemon) act(now time.Time, v opVerb, t target, dry bool, who []any) (st
 			d.core.FlushMessage(now, lk.Inum)
 		}
 	}
-	// One line per message, with who asked (the words of issue 18's
-	// operator lines: "kill request", "hold", "release", "flush").
-	d.log.Info(opLog[v], append([]any{"msg", t.qid, "in_core", inCore}, who...)...)
 	return line, nil
 }
 
