@@ -155,6 +155,10 @@ func cmdBulk(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 			}
 		case a == "ALL" && (name == "kill" || name == "release"):
 			all = true
+		case a == "ALL":
+			// Not a host named "all": holding or flushing everything
+			// is said with a pattern ("*"), on purpose.
+			return usagef("%s: ALL is for kill and release; to %s every destination say '*'", name, name)
 		case isMessageID(a):
 			ids = append(ids, a)
 		case name == "kill":
