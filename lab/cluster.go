@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"container/heap"
 	"fmt"
 	"io"
 	"math/rand"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"zsched/config"
+	"zsched/sim"
 	"zsched/window"
 )
 
@@ -83,8 +83,6 @@ func (r ClusterResult) Met() bool {
 }
 
 type clusterEvent struct {
-	at    time.Time
-	seq   int
 	node  int
 	kind  uint8 // endSession, retryDue, wakeNode
 	lease window.Lease
@@ -97,24 +95,6 @@ const (
 	retryDue
 	wakeNode
 )
-
-type clusterQueue []clusterEvent
-
-func (q clusterQueue) Len() int { return len(q) }
-func (q clusterQueue) Less(i, j int) bool {
-	if !q[i].at.Equal(q[j].at) {
-		return q[i].at.Before(q[j].at)
-	}
-	return q[i].seq < q[j].seq
-}
-func (q clusterQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *clusterQueue) Push(x any)   { *q = append(*q, x.(clusterEvent)) }
-func (q *clusterQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
-}
 
 type clusterNode struct {
 	book    window.Book
@@ -149,13 +129,7 @@ func RunCluster(c ClusterRun) (ClusterResult, error) {
 		}
 		ns[i] = n
 	}
-	var q clusterQueue
-	seq := 0
-	push := func(e clusterEvent) {
-		seq++
-		e.seq = seq
-		heap.Push(&q, e)
-	}
+	var q sim.Timeline[clusterEvent]
 	now := clusterEpoch
 	open, accepted, leases, left := 0, 0, 0, c.Nodes*c.Messages
 	var handle func(i int, evs []window.Event)
@@ -190,7 +164,7 @@ func RunCluster(c ClusterRun) (ClusterResult, error) {
 					if first {
 						res.FirstRefused++
 					}
-					push(clusterEvent{at: now.Add(c.Refusal), node: i, kind: endSession, lease: ev.Lease, msg: m})
+					q.Post(now.Add(c.Refusal), clusterEvent{node: i, kind: endSession, lease: ev.Lease, msg: m})
 					continue
 				}
 				accepted++
@@ -198,12 +172,12 @@ func RunCluster(c ClusterRun) (ClusterResult, error) {
 				if c.Jitter > 0 {
 					dur += time.Duration(rng.Int63n(int64(c.Jitter)))
 				}
-				push(clusterEvent{at: now.Add(dur), node: i, kind: endSession, lease: ev.Lease, msg: m, ok: true})
+				q.Post(now.Add(dur), clusterEvent{node: i, kind: endSession, lease: ev.Lease, msg: m, ok: true})
 			case window.Denied:
 				res.Denials++
 				n.blocked = true
 				if !ev.Retry.IsZero() {
-					push(clusterEvent{at: ev.Retry, node: i, kind: wakeNode})
+					q.Post(ev.Retry, clusterEvent{node: i, kind: wakeNode})
 				}
 			case window.Free:
 				n.blocked = false
@@ -217,8 +191,8 @@ func RunCluster(c ClusterRun) (ClusterResult, error) {
 		if q.Len() == 0 {
 			return res, fmt.Errorf("lab: the cluster model stalled with %d messages left", left)
 		}
-		e := heap.Pop(&q).(clusterEvent)
-		now = e.at
+		var e clusterEvent
+		now, e = q.Pop()
 		n := ns[e.node]
 		switch e.kind {
 		case endSession:
@@ -228,7 +202,7 @@ func RunCluster(c ClusterRun) (ClusterResult, error) {
 				accepted--
 				left--
 			} else {
-				push(clusterEvent{at: now.Add(c.Retry), node: e.node, kind: retryDue, msg: e.msg})
+				q.Post(now.Add(c.Retry), clusterEvent{node: e.node, kind: retryDue, msg: e.msg})
 			}
 			handle(e.node, n.book.Do(now, []window.Request{
 				{Op: window.Report, Dest: d, Params: p, Failed: !e.ok, DeadUntil: now.Add(c.Retry)},

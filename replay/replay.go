@@ -22,7 +22,6 @@
 package replay
 
 import (
-	"container/heap"
 	"fmt"
 	"io"
 	"math/rand"
@@ -36,6 +35,7 @@ import (
 	"zsched/core"
 	"zsched/model"
 	"zsched/report"
+	"zsched/sim"
 	"zsched/vertex"
 )
 
@@ -132,8 +132,7 @@ type run struct {
 	rng  *rand.Rand
 	now  time.Time
 
-	events   eventQueue
-	seq      uint64
+	events   sim.Timeline[event]
 	agents   map[int]*agent
 	live     int
 	msgs     map[int64]*msg
@@ -213,34 +212,13 @@ const (
 )
 
 type event struct {
-	at    time.Time
-	seq   uint64
 	kind  eventKind
 	agent int
 	path  string
 }
 
-type eventQueue []event
-
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
-	if !q[i].at.Equal(q[j].at) {
-		return q[i].at.Before(q[j].at)
-	}
-	return q[i].seq < q[j].seq
-}
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
-}
-
 func (s *run) post(at time.Time, kind eventKind, agent int, path string) {
-	s.seq++
-	heap.Push(&s.events, event{at: at, seq: s.seq, kind: kind, agent: agent, path: path})
+	s.events.Post(at, event{kind: kind, agent: agent, path: path})
 }
 
 func (s *run) fail(err error) {
@@ -258,8 +236,8 @@ func (s *run) loop() error {
 		// lets in, or the core's timer — in that order at equal times.
 		var at time.Time
 		kind := 0
-		if len(s.events) > 0 {
-			at, kind = s.events[0].at, 1
+		if next, ok := s.events.Next(); ok {
+			at, kind = next, 1
 		}
 		if s.next < len(s.w.Msgs) && s.admits(limits) {
 			if a := s.w.Msgs[s.next].Arrival; kind == 0 || a.Before(at) {
@@ -291,7 +269,7 @@ func (s *run) loop() error {
 		}
 		switch kind {
 		case 1:
-			e := heap.Pop(&s.events).(event)
+			_, e := s.events.Pop()
 			s.deliver(e)
 		case 2:
 			s.arrive()

@@ -8,7 +8,6 @@
 package sim
 
 import (
-	"container/heap"
 	"fmt"
 	"math/rand"
 	"sort"
@@ -138,8 +137,7 @@ type Sim struct {
 	PeakBusy map[string]int
 
 	log     hclog.Logger
-	events  eventQueue
-	seq     uint64
+	events  Timeline[*event]
 	nextIn  int64
 	err     error
 	stopped bool
@@ -251,35 +249,13 @@ func (s *Sim) fail(err error) {
 }
 
 type event struct {
-	at    time.Time
-	seq   uint64
 	agent int
 	line  string
 	exit  bool
-	index int
-}
-
-type eventQueue []*event
-
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
-	if !q[i].at.Equal(q[j].at) {
-		return q[i].at.Before(q[j].at)
-	}
-	return q[i].seq < q[j].seq
-}
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
 }
 
 func (s *Sim) post(at time.Time, agent int, line string, exit bool) {
-	s.seq++
-	heap.Push(&s.events, &event{at: at, seq: s.seq, agent: agent, line: line, exit: exit})
+	s.events.Post(at, &event{agent: agent, line: line, exit: exit})
 }
 
 // apply carries out the core's actions.
@@ -550,12 +526,11 @@ func (s *Sim) Exit(id int) error {
 // left to happen.
 func (s *Sim) Step() bool {
 	wake := s.Core.NextWakeup()
-	if len(s.events) > 0 {
-		e := s.events[0]
-		if wake.IsZero() || !wake.Before(e.at) {
-			heap.Pop(&s.events)
-			if e.at.After(s.Now) {
-				s.Now = e.at
+	if at, ok := s.events.Next(); ok {
+		if wake.IsZero() || !wake.Before(at) {
+			at, e := s.events.Pop()
+			if at.After(s.Now) {
+				s.Now = at
 			}
 			s.deliver(e)
 			return true
@@ -597,8 +572,8 @@ func (s *Sim) Advance(to time.Duration) {
 	end := Epoch.Add(to)
 	for s.err == nil {
 		next := s.Core.NextWakeup()
-		if len(s.events) > 0 && (next.IsZero() || s.events[0].at.Before(next)) {
-			next = s.events[0].at
+		if at, ok := s.events.Next(); ok && (next.IsZero() || at.Before(next)) {
+			next = at
 		}
 		if next.IsZero() || next.After(end) {
 			break
@@ -615,7 +590,7 @@ func (s *Sim) Advance(to time.Duration) {
 func (s *Sim) Run(until time.Duration) {
 	end := Epoch.Add(until)
 	for s.err == nil && s.Now.Before(end) {
-		if s.Core.Messages() == 0 && len(s.events) == 0 {
+		if s.Core.Messages() == 0 && s.events.Len() == 0 {
 			return
 		}
 		if !s.Step() {
@@ -671,7 +646,7 @@ func (s *Sim) RestartFrom(cfg *config.Config, seed int64, learned []core.Destina
 	if len(learned) > 0 {
 		s.Core.Learn(s.Now, learned)
 	}
-	s.events = nil
+	s.events.Clear()
 	s.Agents = make(map[int]*Agent)
 	clear(s.Busy)
 	inums := make([]int64, 0, len(s.Msgs))
