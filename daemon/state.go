@@ -357,33 +357,11 @@ func (s *stateFile) writeWhole() error {
 	sortDestinations(ds)
 	data := formatDestinations(ds)
 	s.rewrite = true // until the new file is in place
-	dir := filepath.Dir(s.path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("daemon: state: %w", err)
-	}
-	f, err := os.CreateTemp(dir, ".destinations-*")
-	if err != nil {
-		return fmt.Errorf("daemon: state: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, s.path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("daemon: state: %w", err)
+	// writeAtomic (holds.go): its errors name the file.
+	if err := writeAtomic(s.path, data); err != nil {
+		return err
 	}
 	s.rewrite, s.records, s.size = false, len(ds), int64(len(data))
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("daemon: state: %w", err)
-	}
 	return nil
 }
 
