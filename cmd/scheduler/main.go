@@ -514,7 +514,7 @@ func cmdCheck(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	r := preflight.Check(cfg, preflight.Options{})
+	r := preflight.Check(cfg, preflight.Options{Operator: true})
 	if err := reportCheck(cfg.File, r, stdout, stderr); err != nil {
 		return err
 	}

@@ -47,12 +47,17 @@ type Options struct {
 	// NoPostoffice skips the postoffice's own checks: `scheduler init` is
 	// about to make it.
 	NoPostoffice bool
+	// Operator says the check is an operator's (`scheduler check`), whose
+	// user need not be the scheduler's: a directory only this user may
+	// not write is a warning that says who must, not an error. run and
+	// reload check as the scheduler itself, where it is an error.
+	Operator bool
 }
 
 // Check examines the host for c.
 func Check(c *config.Config, opt Options) Result {
 	var r Result
-	ch := &checker{c: c, r: &r, poBad: opt.NoPostoffice}
+	ch := &checker{c: c, r: &r, poBad: opt.NoPostoffice, operator: opt.Operator}
 	if !opt.NoPostoffice {
 		ch.postoffice()
 	}
@@ -66,6 +71,8 @@ type checker struct {
 	c     *config.Config
 	r     *Result
 	poBad bool // the postoffice has an error already: its sockets are not checked
+	// operator: Options.Operator.
+	operator bool
 }
 
 // missing is the error for a postoffice that does not exist: a
@@ -126,10 +133,24 @@ func (ch *checker) postoffice() {
 		case mode&0o222 == 0:
 			ch.errorf(-1, "postoffice", "%s is writable by no one (mode %04o): the scheduler creates and removes files there", dir, mode)
 		case unix.Faccessat(unix.AT_FDCWD, dir, unix.W_OK|unix.X_OK, unix.AT_EACCESS) != nil:
-			ch.errorf(-1, "postoffice", "%s is not writable by uid %d (owner %d, mode %04o): the scheduler creates and removes files there",
-				dir, os.Geteuid(), owner(fi), mode)
+			ch.unwritable("postoffice", dir, fmt.Sprintf(" (owner %d, mode %04o)", owner(fi), mode),
+				"the scheduler creates and removes files there")
 		}
 	}
+}
+
+// unwritable reports what the checking user may not write: an error when
+// that user is the scheduler's, a warning for an operator's check run as
+// another user than root (the scheduler may well run as root or as the
+// directory's owner; only a check as that user can tell).
+func (ch *checker) unwritable(key, what, detail, why string) {
+	uid := os.Geteuid()
+	if ch.operator && uid != 0 {
+		ch.warnf(-1, key, "%s is not writable by uid %d, who runs this check%s: the scheduler must run as root or as a user who may write there (%s); run check as that user to be sure",
+			what, uid, detail, why)
+		return
+	}
+	ch.errorf(-1, key, "%s is not writable by uid %d%s: %s", what, uid, detail, why)
 }
 
 func owner(fi fs.FileInfo) int {
@@ -162,7 +183,7 @@ func (ch *checker) sockets() {
 		case !fi.IsDir():
 			ch.errorf(-1, f.key, "%s is not a directory", dir)
 		case unix.Faccessat(unix.AT_FDCWD, dir, unix.W_OK|unix.X_OK, unix.AT_EACCESS) != nil:
-			ch.errorf(-1, f.key, "directory %s is not writable by uid %d", dir, os.Geteuid())
+			ch.unwritable(f.key, "directory "+dir, "", "the scheduler creates its files there")
 		}
 	}
 	if s.ControlGroup != "" {

@@ -4,8 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"zsched/config"
@@ -181,4 +185,80 @@ func joined(errs []error) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// TestCheckAsOperator: `scheduler check` run by an operator who is not
+// root, on a postoffice only root may write, warns that the scheduler
+// must run as root or the owner instead of failing: the operator's uid is
+// not the scheduler's. The scheduler's own check (run, reload) as that
+// user still fails. The check runs in this test binary restarted as
+// nobody.
+func TestCheckAsOperator(t *testing.T) {
+	if cfg := os.Getenv("PREFLIGHT_OPERATOR_CONFIG"); cfg != "" {
+		operatorChild(t, cfg)
+		return
+	}
+	need.Root(t)
+	u, err := user.Lookup("nobody")
+	need.Met(t, "a user nobody to run the check as", err)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	// t.TempDir's parent is private to root; nobody must read the site.
+	dir, err := os.MkdirTemp("", "preflight-operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	s := newSite(t)
+	s.dir, s.po, s.prog = dir, filepath.Join(dir, "po"), filepath.Join(dir, "bin", "agent")
+	for _, d := range []string{"po/queue", "po/transport", "bin"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(s.prog, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := s.config(t, "", "")
+
+	// go test's build directory is root's too: a copy of the binary.
+	bin := filepath.Join(dir, "preflight.test")
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^TestCheckAsOperator$", "-test.count=1")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PREFLIGHT_OPERATOR_CONFIG="+c.File)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the check as nobody: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
+
+// operatorChild runs as nobody: the operator's check warns, the
+// scheduler's fails, on a postoffice of root's.
+func operatorChild(t *testing.T, file string) {
+	c, err := config.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Check(c, Options{Operator: true})
+	if len(r.Errors) > 0 {
+		t.Fatalf("operator's check: errors %v, want none (only warnings)", r.Errors)
+	}
+	warns := joined(r.Warnings)
+	if !strings.Contains(warns, "/po/queue is not writable by uid "+strconv.Itoa(os.Geteuid())+", who runs this check (owner 0, mode 0755): the scheduler must run as root or as a user who may write there") {
+		t.Fatalf("operator's check: warnings\n%s\nwant one saying who must write queue/", warns)
+	}
+	r = Check(c, Options{})
+	if errs := joined(r.Errors); !strings.Contains(errs, "/po/queue is not writable by uid "+strconv.Itoa(os.Geteuid())+" (owner 0, mode 0755): the scheduler creates and removes files there") {
+		t.Fatalf("the scheduler's own check: errors\n%s\nwant queue/ not writable", errs)
+	}
 }
