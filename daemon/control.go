@@ -11,11 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
-
-	"zsched/config"
-	"zsched/config/preflight"
 	"zsched/control"
 	"zsched/core"
 	"zsched/ctlfile"
@@ -28,6 +23,8 @@ type ops struct {
 	ctl     *control.Server
 	calls   chan func()
 	reload  chan struct{}
+	loaded  chan loaded // a reload's file, read and checked beside the loop (reload.go)
+	reloads reloads
 	hurry   chan struct{} // a second TERM: shutdown kills the agents now
 	metrics *metrics
 	started time.Time
@@ -46,6 +43,7 @@ const slowControl = 100 * time.Millisecond
 func (d *Daemon) startOps() error {
 	d.ops.calls = make(chan func())
 	d.ops.reload = make(chan struct{}, 1)
+	d.ops.loaded = make(chan loaded, 1) // one read at a time: its sender never waits
 	d.ops.hurry = make(chan struct{}, 1)
 	d.ops.started = d.now()
 	s := d.cfg.Scheduler
@@ -144,85 +142,6 @@ func (d *Daemon) inLoop(f func(), timeout time.Duration) bool {
 	case <-t.C:
 		return false
 	}
-}
-
-// reload re-reads the configuration for by (SIGHUP, or the peer of a
-// RELOAD command) and logs the outcome in one line either way. A file that
-// does not load, that the host cannot run (package preflight) or that the
-// core refuses leaves the running configuration as it was; settings that
-// need a restart keep their running values, with a warning. systemd hears
-// RELOADING=1 before and READY=1 after, as Type=notify wants.
-func (d *Daemon) reload(by ...any) error {
-	defer d.reopenStateLog() // for logrotate, whatever becomes of the file
-	d.sdNotify(reloading())
-	defer d.sdNotify("READY=1")
-	if err := d.reconfigure(); err != nil {
-		// One event, one line: a file with several errors is still one.
-		d.log.Error("reload refused; the running configuration stays",
-			append(by, "error", strings.ReplaceAll(err.Error(), "\n", "; "))...)
-		return err
-	}
-	d.log.Info("configuration reloaded", append(by, "file", d.cfg.File, "clauses", len(d.cfg.Clauses))...)
-	return nil
-}
-
-// reloading is the RELOADING=1 notification with the monotonic time
-// systemd 253 and later want beside it.
-func reloading() string {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return "RELOADING=1"
-	}
-	return fmt.Sprintf("RELOADING=1\nMONOTONIC_USEC=%d", ts.Nano()/1000)
-}
-
-func (d *Daemon) reconfigure() error {
-	if d.cfg.File == "" {
-		return errors.New("daemon: reload: the configuration was not loaded from a file")
-	}
-	cfg, err := config.Load(d.cfg.File)
-	if err != nil {
-		return err
-	}
-	old := d.cfg.Scheduler
-	restart := config.RestartKeys()
-	for _, k := range restart {
-		now, _ := cfg.Scheduler.Value(k.Key)
-		was, _ := old.Value(k.Key)
-		if k.Fixed && now != was {
-			return fmt.Errorf("daemon: reload: %s changed (%s → %s); restart the scheduler for that", k.Key, was, now)
-		}
-	}
-	res := preflight.Check(cfg, preflight.Options{})
-	if err := res.Err(); err != nil {
-		return err
-	}
-	for _, w := range res.Warnings {
-		d.log.Warn("reload: check", "problem", w.Error())
-	}
-	for _, k := range restart {
-		now, _ := cfg.Scheduler.Value(k.Key)
-		was, _ := old.Value(k.Key)
-		if !k.Fixed && now != was {
-			d.log.Warn("reload: setting needs a restart; keeping the running value", "key", k.Key, "running", was, "file", now)
-			cfg.Scheduler.Keep(k.Key, &old)
-		}
-	}
-	if a, b := d.cfg.Cluster, cfg.Cluster; (a == nil) != (b == nil) || a != nil && *a != *b {
-		// The node's link to the store and its leases are the running
-		// [cluster]'s: a new one needs a restart.
-		d.log.Warn("reload: [cluster] changed; keeping the running one until a restart")
-	}
-	cfg.Cluster = d.cfg.Cluster
-	if err := d.core.Reconfigure(d.now(), d.coreConfig(cfg)); err != nil {
-		return err
-	}
-	d.cfg = cfg
-	if lvl := hclog.LevelFromString(cfg.Scheduler.LogLevel); lvl != hclog.NoLevel {
-		d.log.SetLevel(lvl)
-	}
-	d.apply()
-	return nil
 }
 
 // control carries out one control command on the loop and replies. The
@@ -361,10 +280,8 @@ func (d *Daemon) command(now time.Time, req *control.Request) control.Reply {
 	case "FLUSH MSGS":
 		return d.bulk(opFlush, req.Args, peerArgs(req.Peer))
 	case "RELOAD":
-		if err := d.reload(peerArgs(req.Peer)...); err != nil {
-			return control.Fail(err.Error())
-		}
-		return control.OK(fmt.Sprintf("reloaded %s: %d clauses", d.cfg.File, len(d.cfg.Clauses)))
+		d.askReload(reloadAsk{by: peerArgs(req.Peer), req: req})
+		return control.Reply{} // answered once the file is read and applied (reload.go)
 	}
 	return control.Fail("MAILQ2 Unknown command: " + req.Verb)
 }

@@ -338,7 +338,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 			f()
 		case <-d.ops.reload:
 			d.clock.woke()
-			d.reload("by", "SIGHUP") // logs the outcome either way
+			d.askReload(reloadAsk{by: []any{"by", "SIGHUP"}}) // reload.go
+		case l := <-d.ops.loaded:
+			d.clock.woke()
+			d.reloaded(l) // logs the outcome either way
 		case <-timer.C:
 			d.clock.woke()
 			d.tick()
