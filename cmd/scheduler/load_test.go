@@ -320,12 +320,20 @@ queueonly = %v
 	}
 
 	// Phase 1: the queue is read; only the dead destinations are tried.
+	// Time bounds the phases only when latency is judged (a quiet
+	// machine): in CI a loaded machine is slower, not wrong, and the
+	// test's own timeout catches a scheduler that never gets there.
+	judged := *loadFull || *loadJudge
+	var readLimit <-chan time.Time
+	if judged {
+		readLimit = time.After(limit)
+	}
 	select {
 	case <-sl.readAtStart:
 	case err := <-exited:
 		stopped = true
 		t.Fatalf("scheduler exited while reading the queue: %v\n%s", err, sl.tail())
-	case <-time.After(limit):
+	case <-readLimit:
 		t.Fatalf("the queue was not read within %s\n%s", limit, sl.tail())
 	}
 	readPhase := time.Since(lat.start)
@@ -352,6 +360,7 @@ queueonly = %v
 	// holds the loop for a fork and exec): logged, not judged.
 	var rampStats phaseStats
 	var commands0, slow0 int64
+	operatorsDone := false
 	poll := time.NewTicker(250 * time.Millisecond)
 	for done := false; !done; {
 		select {
@@ -368,14 +377,25 @@ queueonly = %v
 			commands0, slow0 = c["control_commands"], sl.slow.Load()
 		}
 		done = rampStats != nil && c["recipients_delivered"] >= deliverable && c["threads_dead"] >= loadDead
-		if failure != nil || time.Since(windowStart) > limit {
+		if failure != nil || judged && time.Since(windowStart) > limit {
 			break
+		}
+		// Unjudged, the operators measure for the first limit of the
+		// drain; then they stop loading the machine and the drain is
+		// waited for to its end.
+		if !judged && !operatorsDone && time.Since(windowStart) > limit {
+			close(stop)
+			wg.Wait()
+			operatorsDone = true
+			t.Logf("operators stopped after %s of the drain (%d of %d recipients delivered); waiting for its end", limit, c["recipients_delivered"], deliverable)
 		}
 	}
 	poll.Stop()
 	window := time.Since(windowStart)
-	close(stop)
-	wg.Wait()
+	if !operatorsDone {
+		close(stop)
+		wg.Wait()
+	}
 	stop = make(chan struct{}) // for the deferred close
 	cpu1, rss := procUsage(cmd.Process.Pid)
 	drainStats := lat.cut()
