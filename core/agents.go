@@ -65,7 +65,7 @@ func (s *Core) obtain(r *ring.Ring, t *thread.Thread, now time.Time) *agent {
 		// throttle serves the ring.
 		t.LastText = "transport unavailable"
 		return nil
-	case r.Agents() >= c.MaxRing:
+	case r.Agents() >= s.maxRing(c):
 		// The ring's own agents will come to t when they finish their
 		// threads; nothing outside the ring can help.
 		t.LastText = ">MaxRing"
@@ -252,7 +252,7 @@ func (s *Core) next(a *agent, now time.Time) {
 	if a.state == ending {
 		return
 	}
-	if c := s.clause(a.clause); a.ring.Agents() > c.MaxRing && a.ring.Agents()-s.ending(a.ring) > c.MaxRing {
+	if c := s.clause(a.clause); a.ring.Agents() > s.maxRing(c) && a.ring.Agents()-s.ending(a.ring) > s.maxRing(c) {
 		// maxring was lowered by a reload: the ring shrinks as agents
 		// come free.
 		s.end(a, "ring over maxring")

@@ -211,7 +211,7 @@ func (s *Core) Reconfigure(now time.Time, cfg *config.Config) error {
 	// they finish (next).
 	for _, r := range sortedRings(s.rings) {
 		c := &cfg.Clauses[r.Clause]
-		for in, ok := r.FirstIdle(); ok && r.Agents()-s.ending(r) > c.MaxRing; in, ok = r.FirstIdle() {
+		for in, ok := r.FirstIdle(); ok && r.Agents()-s.ending(r) > s.maxRing(c); in, ok = r.FirstIdle() {
 			r.RemoveIdle(in.Agent)
 			s.end(s.agents[in.Agent], "reload: ring over maxring")
 			retired++

@@ -103,8 +103,10 @@ type agent struct {
 // [scheduler] table of the configuration.)
 type Core struct {
 	cfg *config.Config
-	log hclog.Logger
-	rng *rand.Rand
+	// ringCap caps every clause's maxring (SetRingCap); 0: none.
+	ringCap int
+	log     hclog.Logger
+	rng     *rand.Rand
 
 	msgs    map[int64]*vertex.Message
 	threads map[thread.Key]*thread.Thread

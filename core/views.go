@@ -120,7 +120,7 @@ func (s *Core) Rings(now time.Time) []RingView {
 			c := s.clause(r.Clause)
 			rv = &RingView{Clause: r.Clause, Select: c.Select, Channel: r.Channel, Host: r.Host,
 				HostBound: r.HostBound(), Agents: r.Agents(), Idle: r.IdleCount(),
-				MaxRing: c.MaxRing, Overfeed: c.Overfeed, MaxThr: c.MaxThr,
+				MaxRing: s.maxRing(c), Overfeed: c.Overfeed, MaxThr: c.MaxThr,
 				// A ring job is one message with vertices in the ring.
 				Msgs: r.Jobs()}
 			s.throttleView(r, rv)
@@ -252,7 +252,7 @@ func (s *Core) limit(t *thread.Thread, now time.Time) Reason {
 		return ReasonStopping
 	case r != nil && s.transportClosed(r, now):
 		return ReasonTransport
-	case r != nil && r.Agents() >= c.MaxRing:
+	case r != nil && r.Agents() >= s.maxRing(c):
 		return ReasonMaxRing
 	case s.total >= s.cfg.Scheduler.MaxTA:
 		return ReasonMaxTA

@@ -167,7 +167,7 @@ func (s *Core) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
 	c := s.clause(t.Clause)
 	switch w.Reason {
 	case ReasonMaxRing:
-		w.Limit = c.MaxRing
+		w.Limit = s.maxRing(c)
 	case ReasonMaxTA:
 		w.Limit = s.cfg.Scheduler.MaxTA
 	case ReasonMaxChannel:

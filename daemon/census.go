@@ -53,9 +53,7 @@ type censusState struct {
 // old enough; with room in core the last result is dropped. On the loop.
 func (d *Daemon) censusCheck(now time.Time) {
 	c := &d.census
-	s := &d.cfg.Scheduler
-	full := d.core.Messages() >= s.MessageActiveLimit || d.in.total >= s.RecipientActiveLimit
-	if !full {
+	if !d.in.gate.Full(d.core) {
 		if d.in.pending() == 0 && len(d.in.ready) == 0 {
 			c.last = censusResult{}
 		}

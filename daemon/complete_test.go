@@ -45,7 +45,7 @@ func completionDaemon(t *testing.T) *Daemon {
 	if err := sp.Init(); err != nil {
 		t.Fatal(err)
 	}
-	return &Daemon{log: completionLog(t), spool: sp, now: time.Now, in: newIntake()}
+	return &Daemon{log: completionLog(t), spool: sp, now: time.Now, in: newIntake(&config.Scheduler{})}
 }
 
 const origHeader = "From: someone@sender.test\nTo: a@dest.test, b@dest.test\nSubject: the original\n"

@@ -70,9 +70,6 @@ type Daemon struct {
 	// coreLog is the core's logger; observe.go logs its observations
 	// there too.
 	coreLog hclog.Logger
-	// quietReloads counts the daemon's own reloads (endStartup) whose
-	// Reloaded observation is still to come: not logged as the operator's.
-	quietReloads int
 	// stats are the figures of the run (stats.go).
 	stats RunStats
 	// outcomeLine is logOutcome's key/value list, reused line to line,
@@ -146,13 +143,13 @@ func New(cfg *config.Config, log hclog.Logger, opt Options) (*Daemon, error) {
 		procs:  make(map[int]*agent.Proc),
 		events: make(chan agent.Event, 1024),
 		notify: make(chan string, 1024),
-		in:     newIntake(),
+		in:     newIntake(&cfg.Scheduler),
 		noise:  newRateLog(rateEvery),
 	}
 	d.spool.SetMaxControlSize(int64(cfg.Scheduler.MaxControlSize))
-	d.in.startup = cfg.Scheduler.StartupMaxRing > 0
 	d.coreLog = log.Named("core")
-	d.core = core.New(d.coreConfig(cfg), d.coreLog, rand.New(rand.NewSource(seed)))
+	d.core = core.New(cfg, d.coreLog, rand.New(rand.NewSource(seed)))
+	d.core.SetRingCap(now(), d.in.startup.RingCap()) // the startup read (intake.go)
 	if err := d.spool.Init(); err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}

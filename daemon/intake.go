@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"zsched/admission"
 	"zsched/config"
 	"zsched/core"
 	"zsched/ctlfile"
@@ -59,20 +60,21 @@ import (
 //   - malformed, body missing, or larger than max_control_size
 //     (ctlfile.MalformedError): moved to bad/ with its body and a .why;
 //   - a line locked by a live process (ctlfile.LockError): read again
-//     later; a lock held by a process that is not one of our agents is
-//     judged stale by rule (judgeLocks) and reset;
+//     later (admission.LockRetryAt); a lock held by a process that is not
+//     one of our agents is judged stale by rule (admission.JudgeLocks)
+//     and reset;
 //   - any other error (EMFILE, ENFILE, EIO, EACCES, ENOMEM…): transient,
-//     read again with a doubling delay (readRetryMin to readRetryMax),
+//     read again with a doubling delay (admission.ReadRetryDelay),
 //     logged once when it starts and once when it ends.
 //
 // A file that waits (locked or erring) is listed in mailq's footer and
 // answers WHY with the reason. A recipient whose host or address is longer
 // than RFC 5321 allows — more than an agent may be fed, and what no server
 // accepts — fails at once with a d line and a DSN (refuseOverlong).
-
-// liveLockDelay is how long a file with a live agent's lock waits before it
-// is read again (ZMailer: 32 s).
-const liveLockDelay = 32 * time.Second
+//
+// What is decided here is package admission's: the active limits (its
+// Gate), the delays before a file is read again, whether a lock is stale,
+// and the startup read; this file carries the decisions out on the queue.
 
 // readBatch bounds how many control files are read between two looks at
 // agent events.
@@ -90,18 +92,6 @@ const scanStep = 1024
 // pendingMax bounds the names waiting to be read. Reading is what keeps
 // pace with delivery; a longer FIFO would only hold what the disk holds.
 const pendingMax = 8192
-
-// reconcileEvery is how often, at most, the recipient count is checked
-// against the core while the limit holds files back.
-const reconcileEvery = time.Second
-
-// readRetryMin and readRetryMax bound the delay before a file whose read
-// failed with a transient error is read again: it doubles from the first
-// to the second.
-const (
-	readRetryMin = time.Second
-	readRetryMax = 5 * time.Minute
-)
 
 type delayed struct {
 	rel string
@@ -140,11 +130,8 @@ type intake struct {
 	inflight *fetchJob // a batch being read on other goroutines
 	ready    []fetched // read, waiting for room in core, in order
 
-	// Recipients in core by message, as counted at admission and lowered
-	// by each final outcome: the core counts messages, not recipients.
-	rcpts      map[int64]int
-	total      int
-	reconciled time.Time
+	// gate admits files into the core under the active limits.
+	gate *admission.Gate
 
 	// The first pass: how fast the queue found at start was read.
 	initial   bool
@@ -152,10 +139,9 @@ type intake struct {
 	firstRead int
 	scanEnded time.Time
 
-	// The startup read (startupConfig): while on, the core runs under
-	// startup_maxring; it ends at startupEnd at the latest.
-	startup    bool
-	startupEnd time.Time
+	// The startup read: while on, the core's rings are capped at
+	// startup_maxring.
+	startup admission.Startup
 
 	// removing holds the names whose files the remover works on
 	// (remove.go): no scan reads them meanwhile, since a finished
@@ -177,11 +163,17 @@ type intake struct {
 	onStep func() // tests: called after every intake step
 }
 
-func newIntake() intake {
-	return intake{max: pendingMax, known: make(map[string]bool), rcpts: make(map[int64]int), initial: true,
+func newIntake(s *config.Scheduler) intake {
+	return intake{max: pendingMax, known: make(map[string]bool), gate: admission.NewGate(limits(s)),
+		startup: admission.NewStartup(s.StartupMaxRing), initial: true,
 		removing: make(map[string]bool), waiting: make(map[string]*waitState),
 		breaks: make(map[string]*ctlfile.LockError), ids: make(map[int64]fileIDs),
 		gone: make(map[string]ctlfile.FileID)}
+}
+
+// limits are the gate's limits under s.
+func limits(s *config.Scheduler) admission.Limits {
+	return admission.Limits{Messages: s.MessageActiveLimit, Recipients: s.RecipientActiveLimit}
 }
 
 func (in *intake) pending() int { return len(in.fifo) - in.head }
@@ -214,7 +206,7 @@ func (d *Daemon) startScan(now time.Time) {
 	}
 	if in.initial && in.started.IsZero() {
 		in.started = now
-		in.startupEnd = now.Add(startupMax)
+		in.startup.Begin(now)
 	}
 	in.scan = d.spool.NewScanner()
 	in.rescan = false
@@ -321,30 +313,11 @@ func (d *Daemon) intakeTick(now time.Time) {
 	d.sweepDue(now)
 }
 
-// room reports whether the core may take another message.
+// room reports whether the core may take another message. Messages that
+// left the core unnoticed (reconciled by the gate) leave their identities
+// behind: forgotten here.
 func (d *Daemon) room(now time.Time) bool {
-	s := &d.cfg.Scheduler
-	if d.core.Messages() >= s.MessageActiveLimit {
-		return false
-	}
-	if d.in.total < s.RecipientActiveLimit {
-		return true
-	}
-	// Messages can leave the core without a Complete (a resync storm, an
-	// operator's kill, a vanished file); their recipients are released
-	// here, at most once per reconcileEvery while the limit holds.
-	if now.Sub(d.in.reconciled) < reconcileEvery {
-		return false
-	}
-	d.in.reconciled = now
-	for inum, n := range d.in.rcpts {
-		if !d.core.Has(inum) {
-			d.in.total -= n
-			delete(d.in.rcpts, inum)
-			delete(d.in.ids, inum)
-		}
-	}
-	return d.in.total < s.RecipientActiveLimit
+	return d.in.gate.Room(now, d.core, func(inum int64) { delete(d.in.ids, inum) })
 }
 
 // intakeStep does one turn of bounded intake work: names from the scan,
@@ -436,8 +409,7 @@ func (d *Daemon) intakeBusy() bool {
 	if in.pending() == 0 && len(in.ready) == 0 {
 		return false
 	}
-	s := &d.cfg.Scheduler
-	return d.core.Messages() < s.MessageActiveLimit && in.total < s.RecipientActiveLimit
+	return !in.gate.Full(d.core)
 }
 
 // intakeIdle reports whether nothing is known to wait for reading: with
@@ -457,9 +429,9 @@ func (d *Daemon) intakeWake(wake time.Time) time.Time {
 	if in.scan == nil && in.scanAt.Before(wake) {
 		wake = in.scanAt
 	}
-	if in.total >= d.cfg.Scheduler.RecipientActiveLimit && (in.pending() > 0 || len(in.ready) > 0 || in.inflight != nil) {
+	if in.pending() > 0 || len(in.ready) > 0 || in.inflight != nil {
 		// Held back by a count that may be stale: look again.
-		if at := in.reconciled.Add(reconcileEvery); at.Before(wake) {
+		if at := in.gate.Wake(); !at.IsZero() && at.Before(wake) {
 			wake = at
 		}
 	}
@@ -471,96 +443,22 @@ func (d *Daemon) intakeWake(wake time.Time) time.Time {
 	if at := d.debris.at; !at.IsZero() && at.Before(wake) {
 		wake = at // the periodic sweep (sweep.go)
 	}
-	if in.startup && !in.startupEnd.IsZero() && in.startupEnd.Before(wake) {
-		wake = in.startupEnd
+	if at := in.startup.Wake(); !at.IsZero() && at.Before(wake) {
+		wake = at
 	}
 	return wake
 }
 
-// The startup read. A scheduler that starts on a large queue first has to
-// read it: until a message is in core nothing schedules it, not even its
-// expiry or the destination's other recipients. Reading costs CPU (some
-// 25 µs a file), and so does delivery (some 55 µs a recipient across the
-// scheduler and its agents): at full delivery speed the scan gets half the
-// machine and a queue of 100 000 files takes three times as long to read.
-// So while the queue found at start is read, the read has priority:
-// delivery starts at once, with the first batch, but every ring runs at
-// most startup_maxring agents (default 2; 0 turns this off). The startup
-// read ends, and delivery opens to the configured limits for good, at the
-// first of:
-//
-//   - the first pass over the queue is in core (the "queue read at start"
-//     log line);
-//   - the core is full (message_active_limit or recipient_active_limit):
-//     the rest of the queue is then read only as delivery frees room, so
-//     holding delivery back would slow the read too — on a queue larger
-//     than the limits, the startup read is the first core-full of it;
-//   - startupMax after the start, for a slow disk.
-//
-// The limit is applied as the core's configuration (each clause's maxring
-// lowered), so a reload during the startup read keeps it, and the end is
-// an ordinary reconfiguration back to the file's values: windows and
-// everything learned are kept, nothing else changes.
-
-// startupMax bounds the startup read: past it delivery opens whatever the
-// read's progress.
-const startupMax = 30 * time.Second
-
-// startupConfig returns cfg as the core runs it during the startup read:
-// each clause's maxring lowered to startup_maxring. Without a limit, cfg
-// itself.
-func startupConfig(cfg *config.Config) *config.Config {
-	n := cfg.Scheduler.StartupMaxRing
-	if n <= 0 {
-		return cfg
-	}
-	c := *cfg
-	c.Clauses = slices.Clone(cfg.Clauses)
-	for i := range c.Clauses {
-		c.Clauses[i].MaxRing = min(c.Clauses[i].MaxRing, n)
-	}
-	return &c
-}
-
-// coreConfig is the configuration the core runs now: cfg, limited during
-// the startup read.
-func (d *Daemon) coreConfig(cfg *config.Config) *config.Config {
-	if d.in.startup {
-		return startupConfig(cfg)
-	}
-	return cfg
-}
-
-// startupCheck ends the startup read when one of its ends is reached.
+// startupCheck ends the startup read (admission.Startup) when one of its
+// ends is reached: the core's rings open to their maxring.
 func (d *Daemon) startupCheck(now time.Time) {
 	in := &d.in
-	if !in.startup {
+	why := in.startup.Check(now, !in.initial, in.gate.Full(d.core))
+	if why == "" {
 		return
 	}
-	s := &d.cfg.Scheduler
-	switch {
-	case !in.initial:
-		d.endStartup(now, "queue read")
-	case d.core.Messages() >= s.MessageActiveLimit || in.total >= s.RecipientActiveLimit:
-		d.endStartup(now, "core full")
-	case !in.startupEnd.IsZero() && !now.Before(in.startupEnd):
-		d.endStartup(now, "time limit")
-	}
-}
-
-// endStartup opens delivery to the configured limits.
-func (d *Daemon) endStartup(now time.Time, why string) {
-	d.in.startup = false
-	err := d.core.Reconfigure(now, d.cfg)
-	if err == nil {
-		d.quietReloads++ // observe.go
-	}
-	if err != nil {
-		// The same clauses route the same destinations: cannot happen.
-		d.log.Error("cannot lift the startup limit", "error", err)
-		return
-	}
-	st := &StartupEnd{Reason: why, FilesRead: d.in.firstRead, Seconds: now.Sub(d.in.started).Seconds(),
+	d.core.SetRingCap(now, in.startup.RingCap())
+	st := &StartupEnd{Reason: why, FilesRead: in.firstRead, Seconds: now.Sub(in.started).Seconds(),
 		JobsDispatched: d.core.Latency().Count()}
 	d.stats.StartupEnd = st
 	d.log.Info("startup read over: delivery opens to the configured limits", "reason", st.Reason,
@@ -570,22 +468,13 @@ func (d *Daemon) endStartup(now time.Time, why string) {
 
 // settled lowers the recipient count for an outcome that ends a recipient.
 func (d *Daemon) settled(o core.Outcome) {
-	if !o.Final() {
-		return
-	}
-	if n, ok := d.in.rcpts[o.Inum]; ok && n > 0 {
-		d.in.rcpts[o.Inum] = n - 1
-		d.in.total--
+	if o.Final() {
+		d.in.gate.Settled(o.Inum)
 	}
 }
 
 // left releases what a message that left the core still counted.
-func (d *Daemon) left(inum int64) {
-	if n, ok := d.in.rcpts[inum]; ok {
-		d.in.total -= n
-		delete(d.in.rcpts, inum)
-	}
-}
+func (d *Daemon) left(inum int64) { d.in.gate.Left(inum) }
 
 // fetched is a control file read from the queue, or why it could not be.
 type fetched struct {
@@ -732,8 +621,7 @@ func (d *Daemon) admit(r fetched) {
 	for _, g := range a.Groups {
 		n += len(g.Rcpts)
 	}
-	d.in.rcpts[a.Inum] = n
-	d.in.total += n
+	d.in.gate.Admit(a.Inum, n)
 	d.in.ids[a.Inum] = fileIDs{control: f.Control, body: f.Body, qid: a.QID}
 }
 
@@ -773,10 +661,7 @@ func (d *Daemon) readFailed(now time.Time, rel string, err error) {
 	if w := d.in.waiting[rel]; w != nil {
 		failures = w.failures + 1
 	}
-	delay := readRetryMax
-	if failures < 20 {
-		delay = min(readRetryMin<<(failures-1), readRetryMax)
-	}
+	delay := admission.ReadRetryDelay(failures)
 	at := now.Add(delay)
 	w := d.wait(now, rel, at, fmt.Sprintf("read error (%d in a row): %v", failures, err))
 	w.failures = failures
@@ -789,103 +674,51 @@ func (d *Daemon) readFailed(now time.Time, rel string, err error) {
 }
 
 // locked handles a file with lines locked by live processes: judged stale
-// (a process that is not one of ours, by rule: judgeLocks), it is read
-// again at once, breaking those locks; otherwise later, when the lock
-// would turn stale or after liveLockDelay, whichever comes first.
+// (a process that is not one of ours, by rule: admission.JudgeLocks), it
+// is read again at once, breaking those locks; otherwise later
+// (admission.LockRetryAt).
 func (d *Daemon) locked(now time.Time, rel string, le *ctlfile.LockError) {
-	v := judgeLocks(now, d.ops.started, le, d.ownsPID(), d.lockLimits)
-	if v.stale {
+	v := admission.JudgeLocks(now, d.ops.started, locksOf(le), d.ownsPID(), d.lockLimits)
+	if v.Stale {
 		for _, l := range le.Locks {
 			d.log.Warn("lock held by a live process that is not one of our agents judged stale; resetting it",
-				"msg", rel, "pid", l.PID, "offset", l.Offset, "since", le.Changed.UTC().Format(time.RFC3339), "reason", v.reason)
+				"msg", rel, "pid", l.PID, "offset", l.Offset, "since", le.Changed.UTC().Format(time.RFC3339), "reason", v.Reason)
 		}
 		d.doneWaiting(rel, "")
 		d.in.breaks[rel] = le
 		d.in.push(rel)
 		return
 	}
-	at := now.Add(liveLockDelay)
-	if !v.staleAt.IsZero() && v.staleAt.Before(at) {
-		at = v.staleAt.Add(time.Second) // past the rule's bound, not on it
-	}
+	at := admission.LockRetryAt(now, v)
 	since := le.Changed.UTC().Format(time.RFC3339)
-	why := fmt.Sprintf("locked by pid %d (one of our agents) since %s", v.pid, since)
-	if !v.ours {
-		why = fmt.Sprintf("locked by pid %d, not ours, since %s; stale at %s", v.pid, since, v.staleAt.UTC().Format(time.RFC3339))
+	why := fmt.Sprintf("locked by pid %d (one of our agents) since %s", v.PID, since)
+	if !v.Ours {
+		why = fmt.Sprintf("locked by pid %d, not ours, since %s; stale at %s", v.PID, since, v.StaleAt.UTC().Format(time.RFC3339))
 	}
 	prev := 0
 	if w := d.in.waiting[rel]; w != nil {
 		prev = w.lockPID
 	}
 	w := d.wait(now, rel, at, why)
-	if !v.ours && prev != v.pid {
+	if !v.Ours && prev != v.PID {
 		d.log.Warn("control file locked by a live process that is not one of our agents; waiting for the lock to turn stale",
-			"msg", rel, "pid", v.pid, "since", since, "stale_at", v.staleAt.UTC().Format(time.RFC3339))
+			"msg", rel, "pid", v.PID, "since", since, "stale_at", v.StaleAt.UTC().Format(time.RFC3339))
 	} else {
-		d.log.Debug("control file locked by a live process; reading it later", "msg", rel, "pid", v.pid)
+		d.log.Debug("control file locked by a live process; reading it later", "msg", rel, "pid", v.PID)
 	}
-	w.lockPID = v.pid
+	w.lockPID = v.PID
 }
 
-// lockVerdict is judgeLocks' answer.
-type lockVerdict struct {
-	stale   bool      // every lock is stale: read again, breaking them
-	reason  string    // why they are stale
-	pid     int       // otherwise: the lock the file waits on
-	ours    bool      // ... held by one of our agents (never stale by age)
-	staleAt time.Time // ... when it turns stale (zero if ours)
+// locksOf is what admission.JudgeLocks needs of a read's live locks.
+func locksOf(le *ctlfile.LockError) admission.Locks {
+	ls := admission.Locks{Locks: make([]admission.Lock, len(le.Locks)), Changed: le.Changed, Arrival: le.Arrival}
+	for i, l := range le.Locks {
+		ls.Locks[i] = admission.Lock{PID: l.PID, Channel: l.Channel, Host: l.Host}
+	}
+	return ls
 }
 
-// judgeLocks judges the live locks of a control file. A lock whose
-// process lives is nonetheless stale when the process is not one of our
-// agents (ours) — a PID reused, after a reboot or a restart, by another
-// program — and
-//
-//   - the lock is older than the scheduler's start (start): no agent of
-//     this scheduler wrote it, and one of an earlier scheduler's would be
-//     ours no more; or
-//   - it is older than its clause's jobtimeout: no agent of ours holds a
-//     line that long without a word, it would have been killed; or
-//   - the message is past its expiry and expiry2, when any recipient
-//     expires, attempted or not.
-//
-// A lock's age is taken from the control file's status-change time
-// (ctlfile.LockError.Changed): writing a lock sets it, so a lock is never
-// younger than it says, and any later write to the file (another
-// recipient's mark) only makes it look younger — the rule errs towards
-// waiting. limits gives the clause's jobtimeout and expiry + expiry2 for
-// a recipient's channel and host.
-func judgeLocks(now, start time.Time, le *ctlfile.LockError, ours func(pid int) bool,
-	limits func(channel, host string) (jobTimeout, expiry time.Duration)) lockVerdict {
-	var wait lockVerdict // the lock that turns stale last
-	reason := ""
-	for _, l := range le.Locks {
-		if ours(l.PID) {
-			return lockVerdict{pid: l.PID, ours: true}
-		}
-		jobTimeout, expiry := limits(l.Channel, l.Host)
-		at, why := le.Changed.Add(jobTimeout), "older than jobtimeout"
-		if expiry > 0 && !le.Arrival.IsZero() && le.Arrival.Add(expiry).Before(at) {
-			at, why = le.Arrival.Add(expiry), "the message is past expiry and expiry2"
-		}
-		if le.Changed.Before(start) {
-			at, why = le.Changed, "older than the scheduler's start"
-		}
-		if !now.Before(at) {
-			reason = why
-			continue
-		}
-		if wait.staleAt.IsZero() || at.After(wait.staleAt) {
-			wait.pid, wait.staleAt = l.PID, at
-		}
-	}
-	if wait.pid != 0 {
-		return wait
-	}
-	return lockVerdict{stale: true, reason: reason}
-}
-
-// ownsPID is the check judgeLocks makes: whether a PID is one of our
+// ownsPID is the check admission.JudgeLocks makes: whether a PID is one of our
 // agents'. The agents' process groups are to join it (issue 16, item 4).
 func (d *Daemon) ownsPID() func(pid int) bool {
 	if d.ownsLock != nil {
@@ -901,7 +734,7 @@ func (d *Daemon) ownsPID() func(pid int) bool {
 	}
 }
 
-// lockLimits are judgeLocks' limits for a recipient: its clause's
+// lockLimits are admission.JudgeLocks' limits for a recipient: its clause's
 // jobtimeout, and expiry + expiry2 (0: none).
 func (d *Daemon) lockLimits(channel, host string) (time.Duration, time.Duration) {
 	c := &d.cfg.Defaults

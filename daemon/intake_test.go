@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"zsched/admission"
 	"zsched/config"
 	"zsched/core"
 	"zsched/ctlfile"
@@ -105,8 +106,8 @@ func TestIntakeBoundsCoreAndDrains(t *testing.T) {
 		maxMsgs = max(maxMsgs, d.core.Messages())
 		maxRcptsInCore = max(maxRcptsInCore, inCore)
 		maxPending = max(maxPending, d.in.pending())
-		if d.in.total < inCore && failed == nil {
-			failed = fmt.Errorf("turn %d: counted %d recipients, the core holds %d", turns, d.in.total, inCore)
+		if d.in.gate.Recipients() < inCore && failed == nil {
+			failed = fmt.Errorf("turn %d: counted %d recipients, the core holds %d", turns, d.in.gate.Recipients(), inCore)
 		}
 		if d.in.initial && d.in.scan != nil && d.core.Latency().Count() > 0 {
 			deliveredDuringScan = true
@@ -138,8 +139,8 @@ func TestIntakeBoundsCoreAndDrains(t *testing.T) {
 	if !deliveredDuringScan {
 		t.Error("no job line was dispatched before the first scan pass ended")
 	}
-	if d.in.total != 0 || len(d.in.rcpts) != 0 {
-		t.Errorf("after the drain the count is %d over %d messages", d.in.total, len(d.in.rcpts))
+	if d.in.gate.Recipients() != 0 || d.in.gate.Messages() != 0 {
+		t.Errorf("after the drain the count is %d over %d messages", d.in.gate.Recipients(), d.in.gate.Messages())
 	}
 	want := 0
 	for i := range msgs {
@@ -218,6 +219,7 @@ func TestIntakeWaitsOnDisk(t *testing.T) {
 	}
 	// Raise the limit as if messages had left: the rest comes in.
 	d.cfg.Scheduler.MessageActiveLimit = msgs
+	d.in.gate.Limits = limits(&d.cfg.Scheduler)
 	for i := 0; i < 20 && !d.intakeIdle(); i++ {
 		step(d)
 		discard(d.core)
@@ -257,7 +259,7 @@ func BenchmarkIntake(b *testing.B) {
 	cpu := cpuTime()
 	for range b.N {
 		d.core = core.New(d.cfg, nil, rand.New(rand.NewSource(1)))
-		d.in = newIntake()
+		d.in = newIntake(&d.cfg.Scheduler)
 		d.startScan(d.now())
 		for !d.intakeIdle() {
 			step(d)
@@ -300,12 +302,12 @@ func TestStartupReadHasPriority(t *testing.T) {
 	d.in.max = 8 // the pass takes several turns
 	d.startScan(d.now())
 	turns := 0
-	for d.in.startup {
+	for d.in.startup.On() {
 		step(d)
 		discard(d.core)
 		turns++
 		agents, maxring := startupAgents(t, d)
-		if d.in.startup && (agents != 2 || maxring != 2) {
+		if d.in.startup.On() && (agents != 2 || maxring != 2) {
 			t.Fatalf("turn %d of the startup read: %d agents, maxring %d; want 2 and 2", turns, agents, maxring)
 		}
 		if turns > 50 {
@@ -332,7 +334,7 @@ func TestStartupReadEndsWhenCoreFull(t *testing.T) {
 	t.Cleanup(d.close)
 	d.in.max = 8
 	d.startScan(d.now())
-	for i := 0; d.in.startup; i++ {
+	for i := 0; d.in.startup.On(); i++ {
 		if agents, _ := startupAgents(t, d); agents > 2 {
 			t.Fatalf("turn %d: %d agents during the startup read", i, agents)
 		}
@@ -350,7 +352,7 @@ func TestStartupReadEndsWhenCoreFull(t *testing.T) {
 	}
 }
 
-// TestStartupReadTimeLimit: a startup read that lasts startupMax (a slow
+// TestStartupReadTimeLimit: a startup read that lasts admission.StartupMax (a slow
 // disk) ends there, the pass still running; the loop's wake-up includes
 // that time.
 func TestStartupReadTimeLimit(t *testing.T) {
@@ -362,17 +364,17 @@ func TestStartupReadTimeLimit(t *testing.T) {
 	d.startScan(now)
 	step(d)
 	discard(d.core)
-	if !d.in.startup || d.in.scan == nil {
-		t.Fatalf("after one turn: startup %v, pass running %v", d.in.startup, d.in.scan != nil)
+	if !d.in.startup.On() || d.in.scan == nil {
+		t.Fatalf("after one turn: startup %v, pass running %v", d.in.startup.On(), d.in.scan != nil)
 	}
-	if wake := d.intakeWake(now.Add(time.Hour)); !wake.Equal(now.Add(startupMax)) {
-		t.Errorf("wake at %v, want the end of the startup read %v", wake, now.Add(startupMax))
+	if wake := d.intakeWake(now.Add(time.Hour)); !wake.Equal(now.Add(admission.StartupMax)) {
+		t.Errorf("wake at %v, want the end of the startup read %v", wake, now.Add(admission.StartupMax))
 	}
-	now = now.Add(startupMax)
+	now = now.Add(admission.StartupMax)
 	step(d)
 	discard(d.core)
-	if d.in.startup || !d.in.initial {
-		t.Fatalf("at the time limit: startup %v, first pass running %v; want false, true", d.in.startup, d.in.initial)
+	if d.in.startup.On() || !d.in.initial {
+		t.Fatalf("at the time limit: startup %v, first pass running %v; want false, true", d.in.startup.On(), d.in.initial)
 	}
 	if agents, maxring := startupAgents(t, d); agents != 4 || maxring != 4 {
 		t.Errorf("after the time limit: %d agents, maxring %d; want 4 and 4", agents, maxring)
@@ -398,10 +400,10 @@ func TestStartupReadReload(t *testing.T) {
 	if err := d.reload(); err != nil {
 		t.Fatal(err)
 	}
-	if agents, maxring := startupAgents(t, d); !d.in.startup || agents != 2 || maxring != 2 {
+	if agents, maxring := startupAgents(t, d); !d.in.startup.On() || agents != 2 || maxring != 2 {
 		t.Fatalf("reloaded during the startup read: %d agents, maxring %d; want 2 and 2", agents, maxring)
 	}
-	for i := 0; d.in.startup; i++ {
+	for i := 0; d.in.startup.On(); i++ {
 		if i > 50 {
 			t.Fatal("the startup read did not end")
 		}

@@ -3,9 +3,7 @@ package daemon
 import "zsched/core"
 
 // observed logs what the core observed, the lines the core once logged
-// itself, under its logger's name, and counts each in the metrics. The
-// reload the daemon makes itself to end the startup read is not the
-// operator's: its lines would mislead, so it is counted only.
+// itself, under its logger's name, and counts each in the metrics.
 func (d *Daemon) observed(os []core.Observation) {
 	log := d.coreLog
 	for i := range os {
@@ -45,10 +43,6 @@ func (d *Daemon) observed(os []core.Observation) {
 		case core.ObservedETRN:
 			log.Debug("etrn", "name", o.Host, "threads", o.Threads, "started", o.Started)
 		case core.ObservedReloaded:
-			if d.quietReloads > 0 {
-				d.quietReloads--
-				continue
-			}
 			d.logReload(o.Reload)
 		}
 	}

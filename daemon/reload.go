@@ -168,10 +168,11 @@ func (d *Daemon) reconfigure(l loaded) error {
 		d.log.Warn("reload: [cluster] changed; keeping the running one until a restart")
 	}
 	cfg.Cluster = d.cfg.Cluster
-	if err := d.core.Reconfigure(d.now(), d.coreConfig(cfg)); err != nil {
+	if err := d.core.Reconfigure(d.now(), cfg); err != nil {
 		return err
 	}
 	d.cfg = cfg
+	d.in.gate.Limits = limits(&cfg.Scheduler)
 	if lvl := hclog.LevelFromString(cfg.Scheduler.LogLevel); lvl != hclog.NoLevel {
 		d.log.SetLevel(lvl)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"zsched/admission"
 	"zsched/config"
 	"zsched/core"
 	"zsched/ctlfile"
@@ -138,7 +139,7 @@ func TestTransientReadErrorIsRetried(t *testing.T) {
 	if n := lb.count("cannot read control file"); n != 1 {
 		t.Errorf("%d log lines for the failed read, want 1", n)
 	}
-	now = now.Add(readRetryMin)
+	now = now.Add(admission.ReadRetryMin)
 	d.intakeTick(now)
 	step(d)
 	if d.core.Messages() != 1 {
@@ -277,40 +278,6 @@ func TestForeignLockVisibleThenStale(t *testing.T) {
 	defer f.Close()
 	if f.File.Rcpts[0].Status != ctlfile.Pending {
 		t.Errorf("the stale lock is still on disk: %v", f.File.Rcpts[0].Status)
-	}
-}
-
-// TestJudgeLocks: the rule by which a lock held by a live process is
-// stale.
-func TestJudgeLocks(t *testing.T) {
-	start := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
-	limits := func(channel, host string) (time.Duration, time.Duration) { return 10 * time.Minute, 7 * 24 * time.Hour }
-	ours := func(pid int) bool { return pid == 7 }
-	lock := func(pid int) ctlfile.Lock { return ctlfile.Lock{PID: pid, Offset: 100, Channel: "smtp", Host: "h"} }
-	for _, c := range []struct {
-		name      string
-		now       time.Time
-		changed   time.Time
-		arrival   time.Time
-		locks     []ctlfile.Lock
-		stale     bool
-		staleAt   time.Time
-		ours      bool
-		waitOnPID int
-	}{
-		{"not ours, from before the start", start.Add(time.Second), start.Add(-time.Second), start.Add(-time.Hour), []ctlfile.Lock{lock(5)}, true, time.Time{}, false, 0},
-		{"ours, from before the start", start.Add(time.Second), start.Add(-time.Second), start, []ctlfile.Lock{lock(7)}, false, time.Time{}, true, 7},
-		{"not ours, young", start.Add(5 * time.Minute), start.Add(time.Minute), start, []ctlfile.Lock{lock(5)}, false, start.Add(11 * time.Minute), false, 5},
-		{"not ours, past jobtimeout", start.Add(11 * time.Minute), start.Add(time.Minute), start, []ctlfile.Lock{lock(5)}, true, time.Time{}, false, 0},
-		{"ours, past jobtimeout", start.Add(time.Hour), start.Add(time.Minute), start, []ctlfile.Lock{lock(7)}, false, time.Time{}, true, 7},
-		{"one of two ours", start.Add(time.Hour), start.Add(time.Minute), start, []ctlfile.Lock{lock(5), lock(7)}, false, time.Time{}, true, 7},
-		{"not ours, message past expiry", start.Add(2 * time.Minute), start.Add(time.Minute), start.Add(-8 * 24 * time.Hour), []ctlfile.Lock{lock(5)}, true, time.Time{}, false, 0},
-	} {
-		le := &ctlfile.LockError{Locks: c.locks, Changed: c.changed, Arrival: c.arrival}
-		v := judgeLocks(c.now, start, le, ours, limits)
-		if v.stale != c.stale || v.ours != c.ours || !v.staleAt.Equal(c.staleAt) || (!c.stale && v.pid != c.waitOnPID) {
-			t.Errorf("%s: %+v", c.name, v)
-		}
 	}
 }
 
