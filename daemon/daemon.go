@@ -104,7 +104,7 @@ type Daemon struct {
 	debris debris   // the spool's sweeps (sweep.go)
 	noise  *rateLog // conditions that recur, logged once an hour (ratelog.go)
 	// ownsLock, when set, says whether a PID is one of our agents' for
-	// judging locks (intake.go: judgeLocks); nil: one of d.procs.
+	// judging locks (admission.JudgeLocks); nil: one of d.procs.
 	ownsLock func(pid int) bool
 	stopped  bool
 	clock    loopClock // the loop's own CPU time, with Options.LoopThread

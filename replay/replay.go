@@ -31,6 +31,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"zsched/admission"
 	"zsched/config"
 	"zsched/core"
 	"zsched/model"
@@ -89,7 +90,9 @@ func Run(cfg *config.Config, w *Workload, m Model, o Options) (Result, error) {
 	}
 	s := &run{
 		cfg: cfg, w: w, m: m, o: o,
-		core:    core.New(cfg, hclog.NewNullLogger(), rand.New(rand.NewSource(o.Seed))),
+		core: core.New(cfg, hclog.NewNullLogger(), rand.New(rand.NewSource(o.Seed))),
+		gate: admission.NewGate(admission.Limits{Messages: cfg.Scheduler.MessageActiveLimit,
+			Recipients: cfg.Scheduler.RecipientActiveLimit}),
 		rng:     rand.New(rand.NewSource(o.Seed + 1)),
 		agents:  make(map[int]*agent),
 		msgs:    make(map[int64]*msg),
@@ -129,6 +132,7 @@ type run struct {
 	m    Model
 	o    Options
 	core *core.Core
+	gate *admission.Gate // the daemon's admission (DESIGN §8)
 	rng  *rand.Rand
 	now  time.Time
 
@@ -138,7 +142,7 @@ type run struct {
 	msgs     map[int64]*msg
 	nextIn   int64
 	next     int // next message of w to arrive
-	inRcpts  int // recipients pending in core (admission)
+	inRcpts  int // recipients pending in core
 	unrouted int // of them, at destinations no clause matches: they wait for a reload
 	dests    []destState
 	destIdx  map[[2]string]int32
@@ -230,17 +234,22 @@ func (s *run) fail(err error) {
 // loop handles arrivals, agent events and the core's timers in time order
 // until nothing is left to happen or the clock reaches Until.
 func (s *run) loop() error {
-	limits := s.cfg.Scheduler
 	for s.err == nil {
 		// What comes next: an agent event, an arrival the admission
-		// lets in, or the core's timer — in that order at equal times.
+		// lets in, or the core's timer — in that order at equal times;
+		// or, while the gate holds arrivals back counting messages the
+		// core no longer holds, its next reconciliation.
 		var at time.Time
 		kind := 0
 		if next, ok := s.events.Next(); ok {
 			at, kind = next, 1
 		}
-		if s.next < len(s.w.Msgs) && s.admits(limits) {
-			if a := s.w.Msgs[s.next].Arrival; kind == 0 || a.Before(at) {
+		if s.next < len(s.w.Msgs) {
+			if !s.gate.Room(s.now, s.core, nil) {
+				if w := s.gate.Wake(); s.gate.Messages() > s.core.Messages() && !w.IsZero() && (kind == 0 || w.Before(at)) {
+					at, kind = w, 4
+				}
+			} else if a := s.w.Msgs[s.next].Arrival; kind == 0 || a.Before(at) {
 				at, kind = a, 2
 			}
 		}
@@ -276,6 +285,7 @@ func (s *run) loop() error {
 		case 3:
 			s.core.Tick(s.now)
 			s.apply()
+		case 4: // the gate looks again at the next turn
 		}
 		s.count++
 		if s.o.Check > 0 && s.count%int64(s.o.Check) == 0 {
@@ -298,17 +308,6 @@ func (s *run) loop() error {
 // never expires would keep the clock going.
 const maxOverrun = 366 * 24 * time.Hour
 
-// admits reports whether the next message may enter the core: the
-// daemon's active limits (DESIGN §8); an empty core takes any message.
-func (s *run) admits(l config.Scheduler) bool {
-	if s.core.Messages() == 0 {
-		return true
-	}
-	n := len(s.w.Msgs[s.next].Rcpts)
-	return (l.MessageActiveLimit <= 0 || s.core.Messages() < l.MessageActiveLimit) &&
-		(l.RecipientActiveLimit <= 0 || s.inRcpts+n <= l.RecipientActiveLimit)
-}
-
 // arrive hands the next message to the core.
 func (s *run) arrive() {
 	wm := &s.w.Msgs[s.next]
@@ -329,6 +328,7 @@ func (s *run) arrive() {
 	if err := s.core.Arrive(s.now, s.arrival(m)); err != nil {
 		s.fail(fmt.Errorf("replay: arrive %d: %w", m.inum, err))
 	}
+	s.gate.Admit(m.inum, len(wm.Rcpts))
 	s.apply()
 }
 
@@ -393,6 +393,7 @@ func (s *run) apply() {
 		}
 		for _, c := range r.Completes {
 			delete(s.msgs, c.Inum)
+			s.gate.Left(c.Inum)
 		}
 		for _, rr := range r.Rereads {
 			m := s.msgs[rr.Inum]
@@ -434,6 +435,7 @@ func (s *run) outcome(o core.Outcome) {
 		return
 	}
 	s.inRcpts--
+	s.gate.Settled(o.Inum)
 	switch o.Status {
 	case "expired":
 		s.res.Expired++

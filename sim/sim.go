@@ -3,8 +3,10 @@
 // replay test and the feedback and preemption experiments. Agents answer
 // job lines through a Behavior after a simulated service time, or, Manual,
 // line by line as a script says; control files are in-memory recipient
-// tables that agents mark as real ones do. Format writes a batch of the
-// core's actions as text. Everything is deterministic for a given seed.
+// tables that agents mark as real ones do. Messages enter the core through
+// the daemon's admission policy (package admission): the active limits,
+// and on a restart the startup read. Format writes a batch of the core's
+// actions as text. Everything is deterministic for a given seed.
 package sim
 
 import (
@@ -17,6 +19,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"zsched/admission"
 	"zsched/config"
 	"zsched/core"
 	"zsched/report"
@@ -122,11 +125,20 @@ type Sim struct {
 	// the daemon's business: tests act the daemon's part there).
 	OnReady func(r *core.Ready)
 
-	Msgs      map[int64]*Msg
-	Agents    map[int]*Agent
-	Outcomes  []core.Outcome
-	Completed map[int64]bool
-	Diags     int
+	Msgs map[int64]*Msg
+	// Gate admits messages into the core under the configuration's
+	// active limits, as the daemon's intake does; Waiting are the
+	// messages it holds back on the simulated disk, oldest first.
+	Gate    *admission.Gate
+	Waiting []*Msg
+	// Startup is the startup read a Restart runs (admission.Startup);
+	// StartupEnd is why the last one ended.
+	Startup    admission.Startup
+	StartupEnd string
+	Agents     map[int]*Agent
+	Outcomes   []core.Outcome
+	Completed  map[int64]bool
+	Diags      int
 	// JobLog is every job line written, in order, with the agent.
 	JobLog []JobLine
 	// PeakAgents is the most agents alive at once.
@@ -166,6 +178,7 @@ func NewLogged(cfg *config.Config, b Behavior, seed int64, log hclog.Logger) *Si
 	return &Sim{
 		log:       log,
 		Core:      core.New(cfg, log, rand.New(rand.NewSource(seed))),
+		Gate:      admission.NewGate(limits(cfg)),
 		Now:       Epoch,
 		Behavior:  b,
 		Msgs:      make(map[int64]*Msg),
@@ -192,9 +205,7 @@ func (s *Sim) Enqueue(rcpts ...string) *Msg {
 		off += int64(len(r)) + 20
 	}
 	s.Msgs[m.Inum] = m
-	if err := s.Core.Arrive(s.Now, s.arrival(m)); err != nil {
-		s.fail(fmt.Errorf("arrive %d: %w", m.Inum, err))
-	}
+	s.Waiting = append(s.Waiting, m)
 	s.apply()
 	return m
 }
@@ -214,10 +225,43 @@ func (s *Sim) Add(m *Msg) {
 		m.Arrival = s.Now
 	}
 	s.Msgs[m.Inum] = m
-	if err := s.Core.Arrive(s.Now, s.arrival(m)); err != nil {
-		s.fail(fmt.Errorf("arrive %d: %w", m.Inum, err))
-	}
+	s.Waiting = append(s.Waiting, m)
 	s.apply()
+}
+
+// limits are the gate's limits under cfg.
+func limits(cfg *config.Config) admission.Limits {
+	return admission.Limits{Messages: cfg.Scheduler.MessageActiveLimit, Recipients: cfg.Scheduler.RecipientActiveLimit}
+}
+
+// admit hands the core the waiting messages the gate lets in, in order,
+// as the daemon's intake does with files read from the queue; it reports
+// whether it admitted any.
+func (s *Sim) admit() bool {
+	n := 0
+	for len(s.Waiting) > 0 && s.Gate.Room(s.Now, s.Core, nil) {
+		m := s.Waiting[0]
+		s.Waiting[0] = nil
+		s.Waiting = s.Waiting[1:]
+		a := s.arrival(m)
+		for _, d := range m.Diags {
+			a.Warned = a.Warned || d.Notary.Action == "delayed"
+		}
+		if err := s.Core.Arrive(s.Now, a); err != nil {
+			s.fail(fmt.Errorf("arrive %d: %w", m.Inum, err))
+			continue
+		}
+		rcpts := 0
+		for _, g := range a.Groups {
+			rcpts += len(g.Rcpts)
+		}
+		s.Gate.Admit(m.Inum, rcpts)
+		n++
+	}
+	if len(s.Waiting) == 0 {
+		s.Waiting = nil
+	}
+	return n > 0
 }
 
 func (s *Sim) arrival(m *Msg) core.Arrival {
@@ -258,8 +302,25 @@ func (s *Sim) post(at time.Time, agent int, line string, exit bool) {
 	s.events.Post(at, &event{agent: agent, line: line, exit: exit})
 }
 
-// apply carries out the core's actions.
+// apply admits what the gate lets in and carries out the core's actions,
+// until neither is left.
 func (s *Sim) apply() {
+	s.admit()
+	for {
+		s.applyReady()
+		if !s.admit() {
+			break
+		}
+	}
+	if s.Check {
+		if err := s.Core.Check(s.Now); err != nil {
+			s.fail(fmt.Errorf("at %s: %w", s.Now.Sub(Epoch), err))
+		}
+	}
+}
+
+// applyReady carries out the core's batches.
+func (s *Sim) applyReady() {
 	for s.Core.HasReady() {
 		r := s.Core.Ready()
 		for _, d := range r.Diags {
@@ -293,6 +354,9 @@ func (s *Sim) apply() {
 		s.Diags += len(r.Diags)
 		s.Outcomes = append(s.Outcomes, r.Outcomes...)
 		for _, o := range r.Outcomes {
+			if o.Final() {
+				s.Gate.Settled(o.Inum)
+			}
 			// Expiry ends a recipient without its status byte: the file
 			// is removed with the message.
 			if m := s.Msgs[o.Inum]; m != nil && o.Status == "expired" {
@@ -304,6 +368,7 @@ func (s *Sim) apply() {
 			}
 		}
 		for _, c := range r.Completes {
+			s.Gate.Left(c.Inum)
 			if s.Completed[c.Inum] {
 				s.fail(fmt.Errorf("message %d completed twice", c.Inum))
 			}
@@ -331,11 +396,6 @@ func (s *Sim) apply() {
 			s.Core.Reread(s.Now, rr.Inum, &a)
 		}
 		s.Core.Advance()
-	}
-	if s.Check {
-		if err := s.Core.Check(s.Now); err != nil {
-			s.fail(fmt.Errorf("at %s: %w", s.Now.Sub(Epoch), err))
-		}
 	}
 }
 
@@ -526,6 +586,15 @@ func (s *Sim) Exit(id int) error {
 // left to happen.
 func (s *Sim) Step() bool {
 	wake := s.Core.NextWakeup()
+	if gw := s.gateWake(); !gw.IsZero() && (wake.IsZero() || gw.Before(wake)) {
+		if at, ok := s.events.Next(); !ok || gw.Before(at) {
+			if gw.After(s.Now) {
+				s.Now = gw
+			}
+			s.apply() // the gate reconciles its count and admits
+			return true
+		}
+	}
 	if at, ok := s.events.Next(); ok {
 		if wake.IsZero() || !wake.Before(at) {
 			at, e := s.events.Pop()
@@ -545,6 +614,17 @@ func (s *Sim) Step() bool {
 	s.Core.Tick(s.Now)
 	s.apply()
 	return true
+}
+
+// gateWake is when the gate should look again at messages it holds back:
+// its next reconciliation, while it counts messages the core no longer
+// holds (they left without a completion: reconciling frees their room);
+// zero otherwise.
+func (s *Sim) gateWake() time.Time {
+	if len(s.Waiting) == 0 || s.Gate.Messages() <= s.Core.Messages() {
+		return time.Time{}
+	}
+	return s.Gate.Wake()
 }
 
 func (s *Sim) deliver(e *event) {
@@ -575,6 +655,9 @@ func (s *Sim) Advance(to time.Duration) {
 		if at, ok := s.events.Next(); ok && (next.IsZero() || at.Before(next)) {
 			next = at
 		}
+		if gw := s.gateWake(); !gw.IsZero() && (next.IsZero() || gw.Before(next)) {
+			next = gw
+		}
 		if next.IsZero() || next.After(end) {
 			break
 		}
@@ -590,7 +673,7 @@ func (s *Sim) Advance(to time.Duration) {
 func (s *Sim) Run(until time.Duration) {
 	end := Epoch.Add(until)
 	for s.err == nil && s.Now.Before(end) {
-		if s.Core.Messages() == 0 && s.events.Len() == 0 {
+		if s.Core.Messages() == 0 && s.events.Len() == 0 && len(s.Waiting) == 0 {
 			return
 		}
 		if !s.Step() {
@@ -634,8 +717,14 @@ func (s *Sim) Do(f func(now time.Time)) {
 // Restart simulates a scheduler restart: the old core, its agents and their
 // pending events vanish; locks are reset as a scan resets stale ones; a new
 // core (cfg, seed) reads every message with pending recipients again, with
-// its original arrival time, in arrival order. A message whose d lines
-// include a delay warning arrives as warned, as the daemon reads it.
+// its original arrival time, in arrival order, through a new gate. A
+// message whose d lines include a delay warning arrives as warned, as the
+// daemon reads it.
+//
+// The new core starts with the startup read (admission.Startup): its rings
+// are capped at startup_maxring while the queue is read. The simulated
+// disk reads in no time, so the read ends once the first batch is carried
+// out ("queue read"), or when the gate first fills ("core full").
 func (s *Sim) Restart(cfg *config.Config, seed int64) { s.RestartFrom(cfg, seed, nil) }
 
 // RestartFrom is Restart with the destination state the old core had
@@ -643,6 +732,10 @@ func (s *Sim) Restart(cfg *config.Config, seed int64) { s.RestartFrom(cfg, seed,
 // as the daemon does with its state file.
 func (s *Sim) RestartFrom(cfg *config.Config, seed int64, learned []core.Destination) {
 	s.Core = core.New(cfg, s.log, rand.New(rand.NewSource(seed)))
+	s.Gate = admission.NewGate(limits(cfg))
+	s.Startup = admission.NewStartup(cfg.Scheduler.StartupMaxRing)
+	s.Startup.Begin(s.Now)
+	s.Core.SetRingCap(s.Now, s.Startup.RingCap())
 	if len(learned) > 0 {
 		s.Core.Learn(s.Now, learned)
 	}
@@ -656,6 +749,7 @@ func (s *Sim) RestartFrom(cfg *config.Config, seed int64, learned []core.Destina
 		}
 	}
 	sort.Slice(inums, func(i, j int) bool { return inums[i] < inums[j] })
+	s.Waiting = s.Waiting[:0]
 	for _, inum := range inums {
 		m := s.Msgs[inum]
 		for _, rc := range m.Rcpts {
@@ -663,13 +757,20 @@ func (s *Sim) RestartFrom(cfg *config.Config, seed int64, learned []core.Destina
 				rc.Status = ' '
 			}
 		}
-		a := s.arrival(m)
-		for _, d := range m.Diags {
-			a.Warned = a.Warned || d.Notary.Action == "delayed"
-		}
-		if err := s.Core.Arrive(s.Now, a); err != nil {
-			s.fail(fmt.Errorf("restart: arrive %d: %w", inum, err))
-		}
+		s.Waiting = append(s.Waiting, m)
 	}
+	s.apply()
+	s.startupCheck()
+}
+
+// startupCheck ends the startup read when the admission says so, and
+// opens the rings.
+func (s *Sim) startupCheck() {
+	why := s.Startup.Check(s.Now, len(s.Waiting) == 0, s.Gate.Full(s.Core))
+	if why == "" {
+		return
+	}
+	s.StartupEnd = why
+	s.Core.SetRingCap(s.Now, s.Startup.RingCap())
 	s.apply()
 }
