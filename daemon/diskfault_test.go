@@ -15,6 +15,7 @@ import (
 	"zsched/ctlfile"
 	"zsched/internal/tinyfs"
 	"zsched/report"
+	"zsched/statefile"
 	"zsched/thread"
 )
 
@@ -78,7 +79,7 @@ func TestStateSaveOnFullDisk(t *testing.T) {
 	if err := sf.save(big); err != nil {
 		t.Fatalf("save after freeing space: %v", err)
 	}
-	got, err := parseDestinations(mustRead(t, sf.path))
+	got, err := statefile.Parse(mustRead(t, sf.path))
 	if err != nil || len(got) != len(big) {
 		t.Fatalf("state after the retry: %d destinations (%v), want %d", len(got), err, len(big))
 	}

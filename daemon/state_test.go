@@ -16,6 +16,7 @@ import (
 
 	"zsched/config"
 	"zsched/core"
+	"zsched/statefile"
 	"zsched/thread"
 )
 
@@ -31,56 +32,6 @@ func sample() []core.Destination {
 	}
 }
 
-func TestStateRoundTrip(t *testing.T) {
-	data := formatDestinations(sample())
-	got, err := parseDestinations(data)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, data)
-	}
-	if !reflect.DeepEqual(got, sample()) {
-		t.Fatalf("round trip:\n got %+v\nwant %+v\nfile:\n%s", got, sample(), data)
-	}
-	// Human-readable: one line per destination, its fields in plain words.
-	if !strings.Contains(string(data), "\nsmtp dead.example 0 0 0 0 2026-03-01T12:17:00.123Z 2026-03-01T12:00:00Z 0 0 -\n") {
-		t.Fatalf("unexpected layout:\n%s", data)
-	}
-}
-
-func TestStateRejectsForeignOrDamagedFiles(t *testing.T) {
-	good := string(formatDestinations(sample()))
-	for name, data := range map[string]string{
-		"empty":            "",
-		"foreign":          "smtp a.example 7 0 0 0 - 2026-03-01T12:00:00Z\n",
-		"other version":    strings.Replace(good, "v3", "v9", 1),
-		"v1 with v3 lines": strings.Replace(good, "v3", "v1", 1),
-		"v2 tombstone":     strings.Replace(good, "v3", "v2", 1) + "- smtp a.example\n",
-		"short tombstone":  good + "- smtp\n",
-		"truncated v2":     strings.Replace(good, "v3", "v2", 1)[:len(good)-9],
-		"bad ceiling":      good + "smtp b.example 3 0 0 0 - 2026-03-01T12:00:00Z x 0 -\n",
-		"short line":       good + "smtp b.example 3 0 0\n",
-		"bad window":       good + "smtp b.example -1 0 0 0 - 2026-03-01T12:00:00Z\n",
-		"NaN":              good + "smtp b.example 3 NaN 0 0 - 2026-03-01T12:00:00Z\n",
-		"bad time":         good + "smtp b.example 3 0 0 0 - yesterday\n",
-	} {
-		if ds, err := parseDestinations([]byte(data)); err == nil {
-			t.Errorf("%s: accepted, got %+v", name, ds)
-		}
-	}
-}
-
-// TestStateReadsVersion1: a file written before ceilings were learned
-// still restores its windows, without ceilings.
-func TestStateReadsVersion1(t *testing.T) {
-	got, err := parseDestinations([]byte("# zsched destinations v1\nsmtp a.example 7 0 0.5 0 - 2026-03-01T12:00:00Z\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []core.Destination{{Channel: "smtp", Host: "a.example", Window: thread.WindowState{Concurrency: 7, Failure: 0.5}, Updated: t0}}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("v1 file gives %+v, want %+v", got, want)
-	}
-}
-
 func TestStateSaveIsAtomicAndSkipsUnchanged(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	s := newStateFile(dir)
@@ -91,7 +42,7 @@ func TestStateSaveIsAtomicAndSkipsUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(data, formatDestinations(sample())) {
+	if !bytes.Equal(data, statefile.Format(sample())) {
 		t.Fatalf("saved file differs:\n%s", data)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -173,25 +124,25 @@ func TestStateSaveAppendsOnlyChanges(t *testing.T) {
 	}
 
 	// A destination in core whose state never changes is written again
-	// every stateRefresh, so that its age at a restart stays true.
+	// every statefile.Refresh, so that its age at a restart stays true.
 	refreshed := slices.Clone(later)
 	for i := range refreshed {
-		refreshed[i].Updated = t0.Add(stateRefresh + stateSaveEvery)
+		refreshed[i].Updated = t0.Add(statefile.Refresh + stateSaveEvery)
 	}
 	if err := s.save(refreshed); err != nil {
 		t.Fatal(err)
 	}
 	if got := newStateFileAt(s.path).load(hclog.NewNullLogger()); !reflect.DeepEqual(got, refreshed) {
-		t.Fatal("after stateRefresh the journal does not carry the new updated times")
+		t.Fatal("after statefile.Refresh the journal does not carry the new updated times")
 	}
 }
 
 // The journal is rewritten whole once superseded lines outnumber live ones
-// (plus stateSlack): its size stays within a few times the live state's.
+// (plus statefile.Slack): its size stays within a few times the live state's.
 func TestStateJournalCompacts(t *testing.T) {
 	s := newStateFile(filepath.Join(t.TempDir(), "state"))
 	ds := many(500, t0)
-	wholeSize := len(formatDestinations(ds))
+	wholeSize := len(statefile.Format(ds))
 	maxSize := 0
 	for round := range 40 {
 		for i := range ds {
@@ -203,7 +154,7 @@ func TestStateJournalCompacts(t *testing.T) {
 		maxSize = max(maxSize, len(mustRead(t, s.path)))
 	}
 	line := wholeSize / len(ds)
-	if bound := 3*wholeSize + stateSlack*line; maxSize > bound {
+	if bound := 3*wholeSize + statefile.Slack*line; maxSize > bound {
 		t.Fatalf("journal grew to %d bytes, bound %d (whole state %d)", maxSize, bound, wholeSize)
 	}
 	if got := newStateFileAt(s.path).load(hclog.NewNullLogger()); !reflect.DeepEqual(got, ds) {
@@ -233,7 +184,7 @@ func TestStateTornAppend(t *testing.T) {
 	if err := r.save(ds); err != nil {
 		t.Fatal(err)
 	}
-	if b := mustRead(t, s.path); !bytes.Equal(b, formatDestinations(ds)) {
+	if b := mustRead(t, s.path); !bytes.Equal(b, statefile.Format(ds)) {
 		t.Fatalf("after a torn append the next save does not rewrite the file:\n%s", b)
 	}
 }
@@ -271,7 +222,7 @@ command = "/bin/false"
 
 func TestDaemonRestoresAndSavesState(t *testing.T) {
 	var logs bytes.Buffer
-	d, path := newDaemon(t, formatDestinations(sample()), &logs)
+	d, path := newDaemon(t, statefile.Format(sample()), &logs)
 	if got := d.Core().Destinations(t0); !reflect.DeepEqual(got, sample()) {
 		t.Fatalf("restored %+v, want %+v", got, sample())
 	}
@@ -288,7 +239,7 @@ func TestDaemonRestoresAndSavesState(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := append(sample()[:1:1], more, sample()[1])
-	if got, err := parseDestinations(b); err != nil || !reflect.DeepEqual(got, want) {
+	if got, err := statefile.Parse(b); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("saved at shutdown %+v (%v), want %+v", got, err, want)
 	}
 }
@@ -312,7 +263,7 @@ func TestDaemonIgnoresDamagedState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := parseDestinations(b); err != nil {
+	if _, err := statefile.Parse(b); err != nil {
 		t.Fatalf("file after shutdown: %v\n%s", err, b)
 	}
 }
