@@ -47,8 +47,9 @@
 //
 // Operator commands (commands.go: HoldMessage, ETRN, Flush, Kill,
 // Quiesce at shutdown; queue.go: HoldThread and ReleaseThread by pattern,
-// FlushMessage; reload.go: Reconfigure) are events like the
-// others: call them with now and take the batch afterwards. The views
+// FlushMessage; reload.go: Reconfigure; ringcap.go: SetRingCap, the
+// caller's startup read) are events like the others: call them with now
+// and take the batch afterwards. The views
 // (views.go: Rings, Thread, Gauges, Shape, AgentViews; why.go: Message for
 // WHY, ThreadVertices; queue.go: Find by queue id, MessageOf,
 // UnroutedViews, Holds, Oldest) change nothing.

@@ -8,8 +8,10 @@
 // The driver does what package sim does for tests, built for volume: it
 // keeps only the messages in core, streams outcomes into counters, and
 // runs the core's invariant check every Options.Check events rather than
-// after each. What it adds is the daemon's admission (message and
-// recipient active limits: further arrivals wait, in arrival order), the
+// after each. What it adds is the daemon's admission (admission.Gate:
+// message and recipient active limits; further arrivals wait, in arrival
+// order, and one message may overshoot the recipient limit by its own
+// size, as a control file is read whole), the
 // destinations' sessions (each accepted session is open at its
 // destination until it ends: that is the concurrency a limiter refuses
 // above), and the agents' start-up time.
