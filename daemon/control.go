@@ -14,6 +14,7 @@ import (
 	"zsched/control"
 	"zsched/core"
 	"zsched/ctlfile"
+	"zsched/mailq"
 )
 
 // ops is the daemon's operator side: the control server, the calls other
@@ -193,7 +194,7 @@ func (d *Daemon) command(now time.Time, req *control.Request) control.Reply {
 	case "SHOW QUEUE SHORT":
 		return control.Listing(d.threadReport(now, true))
 	case "SHOW QUEUE THREADS2":
-		return control.Listing(d.threads2(now))
+		return control.Listing(mailq.Threads2(now, d.core.Rings(now), d.agents()))
 	case "SHOW QUEUE JSON":
 		b, err := json.Marshal(d.Queue(now))
 		if err != nil {
@@ -301,217 +302,26 @@ func (d *Daemon) pid(id int) int {
 	return 0
 }
 
-func secs(d time.Duration) string { return strconv.FormatInt(int64(d/time.Second), 10) + "s" }
+// age is mailq.Age: ZMailer's saytime, for the daemon's own lines.
+func age(d time.Duration) string { return mailq.Age(d) }
 
-// age formats a duration as ZMailer's saytime does in its short form:
-// days and hours, and minutes and seconds unless both of those are there —
-// "0s", "2m53s", "1h2m", "3d4h", "1d5m7s".
-func age(d time.Duration) string {
-	secs := int64(d / time.Second)
-	if secs <= 0 {
-		return "0s"
-	}
-	var b strings.Builder
-	days, hours, mins, sec := secs/86400, secs/3600%24, secs/60%60, secs%60
-	fields := 0
-	if days > 0 {
-		fmt.Fprintf(&b, "%dd", days)
-		fields++
-	}
-	if hours > 0 {
-		fmt.Fprintf(&b, "%dh", hours)
-		fields++
-	}
-	if mins > 0 && fields < 2 {
-		fmt.Fprintf(&b, "%dm", mins)
-	}
-	if sec > 0 && fields < 2 {
-		fmt.Fprintf(&b, "%ds", sec)
-	}
-	return b.String()
-}
-
-// agentStateZ maps agent states to ZMailer's S= words.
-var agentStateZ = map[string]string{
-	"starting": "LARVA", "working": "STUFF", "idling": "IDLE", "idle": "IDLE", "ending": "FINISH",
-}
-
-func hostBound(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// threadLine is one thread's summary as the thread report gives it
-// (zmailer-facts.md §7.3), with zsched's window and state after.
-// With pad, N=, R= and A= have ZMailer's column widths, which scripts
-// reading its report count on; THREADS2 splits on blanks instead.
-func (d *Daemon) threadLine(now time.Time, t core.ThreadView, agents map[int]core.AgentView, pad bool) string {
-	var b strings.Builder
-	if pad {
-		fmt.Fprintf(&b, "N=%-3d R=%-3d A=%-2d", t.Vertices, t.Recipients, t.Attempts)
-	} else {
-		fmt.Fprintf(&b, "N=%d R=%d A=%d", t.Vertices, t.Recipients, t.Attempts)
-	}
-	if len(t.Agents) > 0 {
-		var pids []string
-		var heard, fed time.Time
-		jobs, over := 0, 0
-		state := ""
-		for _, id := range t.Agents {
-			a := agents[id]
-			pids = append(pids, strconv.Itoa(d.pid(id)))
-			if a.Heard.After(heard) {
-				heard = a.Heard
-			}
-			if a.Fed.After(fed) {
-				fed = a.Fed
-			}
-			jobs += a.Jobs
-			over += max(a.Jobs-1, 0)
-			if state == "" {
-				state = agentStateZ[a.State]
-			}
-		}
-		fa := "never"
-		if !fed.IsZero() {
-			fa = secs(now.Sub(fed))
-		}
-		fmt.Fprintf(&b, " P={%s} HA=%s FA=%s OF=%d S=%s UF=%d", strings.Join(pids, ","),
-			secs(now.Sub(heard)), fa, over, state, max(t.Vertices-jobs, 0))
-	}
-	if t.Wake.After(now) {
-		fmt.Fprintf(&b, " W=%s", secs(t.Wake.Sub(now)))
-	}
-	if t.State == core.ThreadBlocked {
-		fmt.Fprintf(&b, " pend=%s", t.Pend)
-	}
-	if !t.Oldest.IsZero() {
-		fmt.Fprintf(&b, " QA=%s", age(now.Sub(t.Oldest)))
-	}
-	fmt.Fprintf(&b, " window=%d/%d", t.Window, t.MaxThr)
-	if t.Ceiling > 0 {
-		// An unconfirmed ceiling is a guess from one refusal: marked "?".
-		q := "?"
-		if t.Confirmed {
-			q = ""
-		}
-		fmt.Fprintf(&b, " ceiling=%d%s", t.Ceiling, q)
-	}
-	if c := t.Cluster; c != nil {
-		// The shared window: sessions of every node, this node's, nodes.
-		fmt.Fprintf(&b, " cluster=%d/%d mine=%d nodes=%d", c.Leases, c.Window, c.Mine, c.Nodes)
-		if c.Fallback {
-			b.WriteString(" cluster:fallback")
-		}
-	}
-	fmt.Fprintf(&b, " state=%s", t.State)
-	return b.String()
-}
-
-func (d *Daemon) agentMap() map[int]core.AgentView {
-	m := make(map[int]core.AgentView)
-	for _, a := range d.core.AgentViews() {
-		m[a.ID] = a
-	}
-	return m
-}
+// agents are the core's agents with their process ids, for the views.
+func (d *Daemon) agents() mailq.Agents { return mailq.NewAgents(d.core.AgentViews(), d.pid) }
 
 // threadReport is SHOW QUEUE THREADS (short: SHOW QUEUE SHORT), laid out
-// as ZMailer's thread_report.
+// as ZMailer's thread_report, with what lies outside the core after it.
 func (d *Daemon) threadReport(now time.Time, short bool) []string {
-	agents := d.agentMap()
-	var out []string
-	for _, r := range d.core.Rings(now) {
-		head := fmt.Sprintf("%s/%d", clauseHead(r.Select), hostBound(r.HostBound))
-		if r.Host != "" {
-			head += "\t" + r.Host
-		}
-		out = append(out, head)
-		if !short {
-			for _, t := range r.Threads {
-				name := fmt.Sprintf("    %s/%s/%d", t.Channel, t.Host, hostBound(r.HostBound))
-				out = append(out, name+threadPad(name)+d.threadLine(now, t, agents, true))
-			}
-		}
-		out = append(out, fmt.Sprintf("	Threads: %4d Msgs: %5d Procs: %3d Idle: %3d Plim: %3d Flim: %3d Tlim: %3d",
-			len(r.Threads), r.Msgs, r.Agents, r.Idle, r.MaxRing, r.Overfeed, r.MaxThr)+throttleNote(now, r))
-	}
+	out := mailq.Rings(now, d.core.Rings(now), d.agents(), short)
 	out = append(out, d.globalLines(now, false)...)
 	out = append(out, d.spoolLines(now)...)    // census.go: the whole spool, unrouted mail
 	return append(out, d.waitingLines(now)...) // intake.go: files not in core, and why
 }
 
-// threadPad is what ZMailer writes after a thread's name: tabs to the
-// fifth tab stop, or a blank past it.
-func threadPad(name string) string {
-	w := len(name) + 7
-	pad := ""
-	for _, stop := range []int{15, 23, 31} {
-		if w < stop {
-			pad += "\t"
-		}
-	}
-	if w < 39 {
-		return pad + "\t"
-	}
-	return pad + " "
-}
-
-// throttleNote is the ring line's note on a throttled transport (issue 16):
-// " throttled=12s" while the back-off runs, " throttled=probe" while one
-// agent at a time is tried; then the failure.
-func throttleNote(now time.Time, r core.RingView) string {
-	switch {
-	case r.Throttled.After(now):
-		return fmt.Sprintf(" throttled=%s (%s)", secs(r.Throttled.Sub(now)), r.ThrottleText)
-	case r.Probing:
-		return " throttled=probe (" + r.ThrottleText + ")"
-	}
-	return ""
-}
-
-// clauseHead writes a select pattern as channel/host.
-func clauseHead(sel string) string {
-	if !strings.Contains(sel, "/") {
-		return sel + "/*"
-	}
-	return sel
-}
-
-func (d *Daemon) threads2(now time.Time) []string {
-	agents := d.agentMap()
-	var out []string
-	for _, r := range d.core.Rings(now) {
-		for _, t := range r.Threads {
-			out = append(out, t.Channel+"\t"+t.Host+"\t"+strings.ReplaceAll(d.threadLine(now, t, agents, false), " ", "\t"))
-		}
-	}
-	return out
-}
-
-// globalLines are ZMailer's two summary lines; snmp gives the uptime in
-// seconds, as ZMailer's SHOW SNMP does.
+// globalLines are ZMailer's two summary lines (snmp: SHOW SNMP's), then
+// the cluster's.
 func (d *Daemon) globalLines(now time.Time, snmp bool) []string {
-	g := d.core.Gauges(now, 0)
-	c := d.core.Counters()
-	idle := g.Agents["idle"] + g.Agents["idling"]
-	threads := 0
-	for _, n := range g.Threads {
-		threads += n
-	}
-	out := c.Delivered + c.Failed + c.Expired
-	uptime := age(now.Sub(d.ops.started))
-	if snmp {
-		uptime = fmt.Sprintf("%d sec", int64(now.Sub(d.ops.started)/time.Second))
-	}
-	lines := []string{
-		fmt.Sprintf("Kids: %d  Idle: %2d  Msgs: %3d  Thrds: %3d  Rcpnts: %4d  Uptime: %s",
-			d.core.Agents(), idle, g.Messages, threads, g.Recipients, uptime),
-		fmt.Sprintf("Msgs in %d out %d stored %d Rcpnts in %d out %d stored %d",
-			c.Arrived, max(c.Arrived-int64(g.Messages), 0), g.Messages, out+int64(g.Recipients), out, g.Recipients),
-	}
+	lines := mailq.Global(mailq.Summary{Agents: d.core.Agents(), Gauges: d.core.Gauges(now, 0),
+		Counters: d.core.Counters(), Uptime: now.Sub(d.ops.started)}, snmp)
 	if st, ok := d.ClusterStatus(); ok && !snmp {
 		// "cluster: shared (node mx1, 3 nodes)", "cluster: fallback since …"
 		lines = append(lines, st.String())
@@ -533,37 +343,17 @@ type threadRow struct {
 }
 
 // showThread is SHOW THREAD: a summary line, then one TAB-separated line
-// per recipient with MAILQ v2's ten fields: path, index in its vertex,
-// error address, offset, expiry, the thread's wake-up, the vertex's last
-// feed, attempts, what it waits for, the last agent text.
+// per recipient with MAILQ v2's ten fields (mailq.ThreadRows), the error
+// address left to finish.
 func (d *Daemon) showThread(now time.Time, channel, host string) (*threadListing, bool) {
 	t, ok := d.core.Thread(now, channel, host)
 	if !ok {
 		return nil, false
 	}
-	st := &threadListing{head: fmt.Sprintf("#%s/%s/%d\t%s", t.Channel, t.Host, hostBound(t.HostBound), d.threadLine(now, t, d.agentMap(), true))}
-	epoch := func(x time.Time) string {
-		if x.IsZero() {
-			return "0"
-		}
-		return strconv.FormatInt(x.Unix(), 10)
-	}
+	st := &threadListing{head: mailq.ThreadHead(now, t, d.agents())}
 	for _, v := range d.core.ThreadVertices(now, channel, host) {
-		wait := ""
-		switch v.Why.Reason {
-		case core.ReasonRetry, core.ReasonBackoff, core.ReasonDead:
-			wait = "retry in " + secs(v.Why.Until.Sub(now))
-		case core.ReasonMaxTA, core.ReasonMaxChannel, core.ReasonForkRate:
-			wait = "channel"
-		case core.ReasonMaxRing, core.ReasonWindow:
-			wait = "thread"
-		case core.ReasonDue, core.ReasonRunning:
-		default:
-			wait = v.Why.Reason.String()
-		}
-		for i, r := range v.Rcpts {
-			st.rows = append(st.rows, threadRow{path: v.Path, offset: r.Offset, fields: []string{v.Path, strconv.Itoa(i), "-",
-				strconv.FormatInt(r.Offset, 10), epoch(v.Expires), epoch(v.Wake), epoch(v.Fed), strconv.Itoa(v.Attempts), wait, v.LastText}})
+		for i, fields := range mailq.ThreadRows(now, v, nil) {
+			st.rows = append(st.rows, threadRow{path: v.Path, offset: v.Rcpts[i].Offset, fields: fields})
 		}
 	}
 	return st, true
@@ -662,26 +452,15 @@ func (d *Daemon) counters(now time.Time) []string {
 	return out
 }
 
-// qshapeBuckets are Postfix qshape's age columns, in minutes.
-var qshapeBuckets = []int{5, 10, 20, 40, 80, 160, 320, 640, 1280}
+// qshapeBuckets are QSHAPE's age columns, in minutes (census.go counts
+// the spool in them).
+var qshapeBuckets = mailq.ShapeBuckets
 
+// qshape is QSHAPE: Postfix qshape's table over the spool (census.go)
+// and which part of it is in core.
 func (d *Daemon) qshape(now time.Time, top int) []string {
-	bs := make([]time.Duration, len(qshapeBuckets))
-	head := fmt.Sprintf("%-30s %6s", "", "T")
-	for i, m := range qshapeBuckets {
-		bs[i] = time.Duration(m) * time.Minute
-		head += fmt.Sprintf(" %5d", m)
-	}
-	head += fmt.Sprintf(" %5s", strconv.Itoa(qshapeBuckets[len(qshapeBuckets)-1])+"+")
-	out := []string{head}
-	for _, r := range d.shapeSpool(d.core.Shape(now, bs, 0), top) { // census.go
-		line := fmt.Sprintf("%30s %6d", r.Host, r.Total)
-		for _, n := range r.Counts {
-			line += fmt.Sprintf(" %5d", n)
-		}
-		out = append(out, line)
-	}
-	return append(out, d.qshapeNote(now)) // census.go: which part is in core
+	out := mailq.Shape(d.shapeSpool(d.core.Shape(now, mailq.ShapeDurations(), 0), top)) // census.go
+	return append(out, d.qshapeNote(now))
 }
 
 // why is WHY: one line per recipient, TAB-separated: offset, address,
@@ -705,24 +484,7 @@ func (d *Daemon) why(now time.Time, id string) ([]string, error) {
 		}
 		return nil, err
 	}
-	held := ""
-	if m.Held {
-		held = ", held"
-	}
-	out := []string{fmt.Sprintf("message %s (%s), queued %s ago, %d recipients pending%s",
-		lk.QID, m.Path, age(now.Sub(m.Arrival)), m.Pending, held)}
-	for _, v := range m.Vertices {
-		text := v.Why.String()
-		if v.Why.Reason == core.ReasonRunning {
-			text += fmt.Sprintf(" (pid %d)", d.pid(v.Why.Agent))
-		}
-		for _, r := range v.Rcpts {
-			out = append(out, strings.Join([]string{strconv.FormatInt(r.Offset, 10), r.User,
-				v.Channel + "/" + v.Host, v.Why.Reason.String(), text,
-				"attempts=" + strconv.Itoa(v.Attempts), "last=" + strconv.Quote(v.LastText)}, "\t"))
-		}
-	}
-	return out, nil
+	return mailq.Why(now, lk.QID, m, d.pid), nil
 }
 
 // Queue is the document SHOW QUEUE JSON (scheduler mailq -json) returns.

@@ -690,21 +690,3 @@ func testSecondScheduler(t *testing.T, agents map[string]string) {
 	}
 	e.ok("SHOW COUNTERS")
 }
-
-// age is ZMailer's saytime in its short form: what its mailq prints for
-// QA= and Uptime:, and what scripts reading it expect.
-func TestAgeIsZMailerSaytime(t *testing.T) {
-	for _, tt := range []struct {
-		d    time.Duration
-		want string
-	}{
-		{0, "0s"}, {-time.Second, "0s"}, {59 * time.Second, "59s"}, {173 * time.Second, "2m53s"},
-		{time.Hour + 2*time.Minute, "1h2m"}, {time.Hour + 2*time.Minute + 5*time.Second, "1h2m5s"},
-		{26 * time.Hour, "1d2h"}, {26*time.Hour + 3*time.Minute + 4*time.Second, "1d2h"},
-		{24*time.Hour + 5*time.Minute + 7*time.Second, "1d5m7s"}, {3 * 24 * time.Hour, "3d"},
-	} {
-		if got := age(tt.d); got != tt.want {
-			t.Errorf("age(%v) = %q, want %q", tt.d, got, tt.want)
-		}
-	}
-}

@@ -1,0 +1,50 @@
+package mailq
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"zsched/core"
+)
+
+// Age is ZMailer's saytime in its short form: what its mailq prints for
+// QA= and Uptime:, and what scripts reading it expect.
+func TestAgeIsZMailerSaytime(t *testing.T) {
+	for _, tt := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"}, {-time.Second, "0s"}, {59 * time.Second, "59s"}, {173 * time.Second, "2m53s"},
+		{time.Hour + 2*time.Minute, "1h2m"}, {time.Hour + 2*time.Minute + 5*time.Second, "1h2m5s"},
+		{26 * time.Hour, "1d2h"}, {26*time.Hour + 3*time.Minute + 4*time.Second, "1d2h"},
+		{24*time.Hour + 5*time.Minute + 7*time.Second, "1d5m7s"}, {3 * 24 * time.Hour, "3d"},
+	} {
+		if got := Age(tt.d); got != tt.want {
+			t.Errorf("Age(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+}
+
+// TestThreadPad: a thread's name is followed by tabs to ZMailer's fifth
+// tab stop, or by a blank past it, as scripts reading its report count on.
+func TestThreadPad(t *testing.T) {
+	for name, want := range map[string]string{
+		"    a/b/0":                           "\t\t\t",
+		"    smtp/example.com/0":              "\t\t",
+		"    smtp/mx.a-long-domain.example/1": " ",
+	} {
+		if got := ThreadPad(name); got != want {
+			t.Errorf("ThreadPad(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestShapeHead: QSHAPE's head is Postfix qshape's, its columns aligned
+// with the rows'.
+func TestShapeHead(t *testing.T) {
+	out := Shape([]core.ShapeRow{{Host: "example.com", Total: 3, Counts: make([]int, len(ShapeBuckets)+1)}})
+	if len(out) != 2 || len(out[0]) != len(out[1]) || !strings.HasSuffix(out[0], " 1280+") {
+		t.Fatalf("qshape table:\n%s", strings.Join(out, "\n"))
+	}
+}
