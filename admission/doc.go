@@ -3,8 +3,10 @@
 // another message (the active limits, with the recipient count kept beside
 // the core and reconciled against it), when a control file that could not
 // be read is read again (a live agent's lock, a transient error), whether a
-// foreign lock is stale, and the startup read (every ring held to
-// startup_maxring agents while the queue found at start is read).
+// foreign lock is stale, the startup read (every ring held to
+// startup_maxring agents while the queue found at start is read), and
+// which recipients are refused at the door (hosts and addresses longer
+// than RFC 5321 allows: RefuseOverlong).
 //
 // It does no I/O and reads no clock: the caller passes now, reports what
 // happened (a message admitted, a recipient settled, a message gone, the

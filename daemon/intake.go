@@ -70,7 +70,7 @@ import (
 // A file that waits (locked or erring) is listed in mailq's footer and
 // answers WHY with the reason. A recipient whose host or address is longer
 // than RFC 5321 allows — more than an agent may be fed, and what no server
-// accepts — fails at once with a d line and a DSN (refuseOverlong).
+// accepts — fails at once with a d line and a DSN (admission.RefuseOverlong).
 //
 // What is decided here is package admission's: the active limits (its
 // Gate), the delays before a file is read again, whether a lock is stale,
@@ -604,7 +604,7 @@ func (d *Daemon) admit(r fetched) {
 	}
 	a.Held = d.msgHeld(a.QID)
 	d.restoreRetry(&a, a.QID, f.Arrival)
-	refuseOverlong(&a)
+	admission.RefuseOverlong(&a)
 	if len(a.Groups) == 0 && len(a.Refused) == 0 {
 		// Nothing pending: a message completed before a restart.
 		d.finishFiles(core.Complete{Path: rel, ID: f.ID, Inum: f.Inum, Diags: hasPendingDiags(f), Bounce: f.IsBounce()},
@@ -783,61 +783,4 @@ func (d *Daemon) whyWaiting(now time.Time, id string) []string {
 			rel, w.why, age(max(w.next.Sub(now), 0)), age(now.Sub(w.since)))}
 	}
 	return nil
-}
-
-// RFC 5321 §4.5.3.1's limits, in octets: what any server must accept and
-// need accept no more of. A longer host cannot be fed to an agent (its
-// job line), and no server would take the address.
-const (
-	maxLocalPart = 64
-	maxDomain    = 255
-	maxPath      = 256
-)
-
-// refuseOverlong moves the recipients of a whose host or address break
-// RFC 5321's limits from its groups to a.Refused: they fail at once, with
-// a d line and a DSN, instead of being fed to an agent on every retry
-// until expiry (a 1 MB host kills an agent that reads 64 KiB lines).
-func refuseOverlong(a *core.Arrival) {
-	keep := a.Groups[:0]
-	for _, g := range a.Groups {
-		rs := g.Rcpts[:0]
-		for _, r := range g.Rcpts {
-			status, why := overlong(g.Host, r.User)
-			if status == "" {
-				rs = append(rs, r)
-				continue
-			}
-			a.Refused = append(a.Refused, core.Refusal{Offset: r.Offset, User: r.User, Channel: g.Channel,
-				Host: g.Host, Notify: r.Notify, Status: status, Text: why})
-		}
-		if len(rs) > 0 {
-			g.Rcpts = rs
-			keep = append(keep, g)
-		}
-	}
-	clear(a.Groups[len(keep):])
-	a.Groups = keep
-}
-
-// overlong returns the RFC 3463 status and the reason when host or user
-// break RFC 5321's limits, "" otherwise.
-func overlong(host, user string) (status, why string) {
-	const badSystem = "5.1.2 (bad destination system address)"
-	const badMailbox = "5.1.3 (bad destination mailbox address syntax)"
-	switch {
-	case len(host) > maxDomain:
-		return badSystem, fmt.Sprintf("host is %d octets long, more than the %d RFC 5321 allows", len(host), maxDomain)
-	case len(user) > maxPath:
-		return badMailbox, fmt.Sprintf("address is %d octets long, more than the %d RFC 5321 allows", len(user), maxPath)
-	}
-	if at := strings.LastIndexByte(user, '@'); at >= 0 {
-		if at > maxLocalPart {
-			return badMailbox, fmt.Sprintf("local part is %d octets long, more than the %d RFC 5321 allows", at, maxLocalPart)
-		}
-		if n := len(user) - at - 1; n > maxDomain {
-			return badSystem, fmt.Sprintf("domain is %d octets long, more than the %d RFC 5321 allows", n, maxDomain)
-		}
-	}
-	return "", ""
 }
