@@ -15,6 +15,7 @@ import (
 	"zsched/config"
 	"zsched/core"
 	"zsched/ctlfile"
+	"zsched/mailq"
 )
 
 // The intake: the way from the queue directory into the core (DESIGN §2
@@ -755,20 +756,18 @@ func (d *Daemon) waitingLines(now time.Time) []string {
 		return nil
 	}
 	rels := slices.Sorted(maps.Keys(d.in.waiting))
-	out := []string{fmt.Sprintf("Waiting to be read: %d", len(rels))}
+	rels = rels[:min(len(rels), mailq.MaxWaiting)]
+	ws := make([]mailq.Waiting, len(rels))
 	for i, rel := range rels {
-		if i == maxWaitingLines {
-			out = append(out, fmt.Sprintf("    … and %d more (scheduler why NAME)", len(rels)-i))
-			break
-		}
-		w := d.in.waiting[rel]
-		out = append(out, fmt.Sprintf("    %s\twaiting: %s; read again in %s", rel, w.why, age(max(w.next.Sub(now), 0))))
+		ws[i] = d.in.waiting[rel].view(rel)
 	}
-	return out
+	return mailq.WaitingFooter(now, ws, len(d.in.waiting))
 }
 
-// maxWaitingLines bounds mailq's footer; WHY names any file.
-const maxWaitingLines = 20
+// view is w as mailq shows it.
+func (w *waitState) view(rel string) mailq.Waiting {
+	return mailq.Waiting{Name: rel, Why: w.why, Since: w.since, Next: w.next}
+}
 
 // whyWaiting is WHY for a file that waits outside the core: nil if id
 // names none. id is a path under transport/, a base name or an inode
@@ -778,9 +777,7 @@ func (d *Daemon) whyWaiting(now time.Time, id string) []string {
 		if rel != id && path.Base(rel) != id && strings.TrimSuffix(path.Base(rel), "-etrn") != id {
 			continue
 		}
-		w := d.in.waiting[rel]
-		return []string{fmt.Sprintf("message %s, not in core: waiting: %s; read again in %s (waiting %s)",
-			rel, w.why, age(max(w.next.Sub(now), 0)), age(now.Sub(w.since)))}
+		return mailq.WhyWaiting(now, d.in.waiting[rel].view(rel))
 	}
 	return nil
 }

@@ -334,3 +334,41 @@ func Why(now time.Time, qid string, m core.MessageView, pid func(id int) int) []
 	}
 	return out
 }
+
+// Waiting is a control file known to the scheduler and not in core: why
+// it waits, since when, and when it is read again.
+type Waiting struct {
+	Name        string // its path under transport/
+	Why         string
+	Since, Next time.Time
+}
+
+// MaxWaiting bounds the footer's list; WHY names any file.
+const MaxWaiting = 20
+
+// WaitingFooter is the thread report's footer: every file known to the
+// scheduler and not in core, total of them, with why it waits, so that
+// none is invisible: ws are the first (by name), at most MaxWaiting
+// shown; past them, how many more.
+func WaitingFooter(now time.Time, ws []Waiting, total int) []string {
+	if total == 0 {
+		return nil
+	}
+	out := []string{fmt.Sprintf("Waiting to be read: %d", total)}
+	for i, w := range ws {
+		if i == MaxWaiting {
+			break
+		}
+		out = append(out, fmt.Sprintf("    %s\twaiting: %s; read again in %s", w.Name, w.Why, Age(max(w.Next.Sub(now), 0))))
+	}
+	if shown := min(len(ws), MaxWaiting); total > shown {
+		out = append(out, fmt.Sprintf("    … and %d more (scheduler why NAME)", total-shown))
+	}
+	return out
+}
+
+// WhyWaiting is WHY for a file that waits outside the core.
+func WhyWaiting(now time.Time, w Waiting) []string {
+	return []string{fmt.Sprintf("message %s, not in core: waiting: %s; read again in %s (waiting %s)",
+		w.Name, w.Why, Age(max(w.Next.Sub(now), 0)), Age(now.Sub(w.Since)))}
+}

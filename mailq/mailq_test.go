@@ -1,6 +1,7 @@
 package mailq
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -46,5 +47,23 @@ func TestShapeHead(t *testing.T) {
 	out := Shape([]core.ShapeRow{{Host: "example.com", Total: 3, Counts: make([]int, len(ShapeBuckets)+1)}})
 	if len(out) != 2 || len(out[0]) != len(out[1]) || !strings.HasSuffix(out[0], " 1280+") {
 		t.Fatalf("qshape table:\n%s", strings.Join(out, "\n"))
+	}
+}
+
+// TestWaitingFooter: every waiting file is counted; past MaxWaiting the
+// footer says how many more, WHY names each.
+func TestWaitingFooter(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	if out := WaitingFooter(now, nil, 0); out != nil {
+		t.Fatalf("no file waits, yet %q", out)
+	}
+	var ws []Waiting
+	for i := range MaxWaiting {
+		ws = append(ws, Waiting{Name: fmt.Sprintf("q/%d", i), Why: "locked", Since: now, Next: now.Add(32 * time.Second)})
+	}
+	out := WaitingFooter(now, ws, MaxWaiting+5)
+	if len(out) != MaxWaiting+2 || out[0] != "Waiting to be read: 25" || out[1] != "    q/0\twaiting: locked; read again in 32s" ||
+		out[len(out)-1] != "    … and 5 more (scheduler why NAME)" {
+		t.Fatalf("footer:\n%s", strings.Join(out, "\n"))
 	}
 }
