@@ -66,6 +66,11 @@ type Window struct {
 	Learn       bool          // learned_ceiling
 	ProbeFactor int           // ceiling_probe_factor
 	TTL         time.Duration // ceiling_ttl; 0 = never forgotten
+
+	// Nodes is how many scheduler nodes share the window (DESIGN §13;
+	// 0 or 1: this node alone), set by the book before each judgement.
+	// Transient: not learned, not in WindowState. See learn.
+	Nodes int
 }
 
 // confirmedStrikes is how many refusals just above a ceiling confirm it.
@@ -76,7 +81,9 @@ const confirmedStrikes = 2
 // promptRefusal is how many deliveries above the ceiling may be judged
 // before a refusal and it still counts as prompt: those that were in
 // flight when the window stepped up end about when the new session is
-// refused.
+// refused. It is per node sharing the window: each node's new session
+// takes its own round trip to the store and its own agent start, and the
+// other nodes' deliveries go on being judged meanwhile.
 const promptRefusal = 2
 
 // NewWindow returns a window at the clause's initial concurrency.
@@ -199,7 +206,7 @@ func (w *Window) learn(now time.Time) {
 	// counts as a strike only when it came promptly after the window
 	// stepped past the ceiling, and after a whole pseudo-cohort at or
 	// below the ceiling went without a site failure.
-	prompt := w.Clean <= promptRefusal
+	prompt := w.Clean <= promptRefusal*max(w.Nodes, 1)
 	settled := w.Calm-w.Clean >= w.Ceiling
 	switch {
 	case w.Ceiling == 0 || at > w.Ceiling+1:

@@ -170,7 +170,7 @@ func (n *Node) Do(now time.Time, reqs []Request) []Event {
 		case Report:
 			s := b.dest(r.Dest, r.Params)
 			b.expire(r.Dest, s, now)
-			from, died := s.rec.Judge(r.Failed, r.DeadUntil, len(s.leases), now)
+			from, died := s.rec.Judge(r.Failed, r.DeadUntil, len(s.leases), b.liveNodes(now), now)
 			evs = append(evs, Event{Kind: Changed, Dest: r.Dest, From: from, Failed: r.Failed, Died: died,
 				Revived: from == 0 && !s.rec.Window.Dead(), State: b.state(s, n, now)})
 			b.free(r.Dest, s, now, died)

@@ -74,7 +74,7 @@ func (l *Local) Do(now time.Time, reqs []Request) []Event {
 			evs = o.free(d, now, evs, false)
 		case Report:
 			o := l.dest(r.Dest, r.Params)
-			from, died := o.rec.Judge(r.Failed, r.DeadUntil, o.busy, now)
+			from, died := o.rec.Judge(r.Failed, r.DeadUntil, o.busy, 0, now) // alone, as the core's own window
 			evs = append(evs, Event{Kind: Changed, Dest: r.Dest, From: from, Failed: r.Failed, Died: died,
 				Revived: from == 0 && !o.rec.Window.Dead(), State: o.rec.State(now, o.busy, o.busy, 1)})
 			evs = o.free(r.Dest, now, evs, died)

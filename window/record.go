@@ -49,12 +49,14 @@ func (r *Record) Admit(busy int, now time.Time) (ok bool, why Reason, revived bo
 }
 
 // Judge applies one delivery's feedback at now with busy sessions running
-// (every node's, the judged one's included): thread.Window.Failed or
+// (every node's, the judged one's included) and nodes live nodes sharing
+// the window (thread.Window.Nodes): thread.Window.Failed or
 // Succeeded, as core/feedback.go applies them. A failure that declares the
 // destination dead sets DeadUntil to deadUntil; a success revives a dead
 // destination at once and clears it. It returns the window before.
-func (r *Record) Judge(failed bool, deadUntil time.Time, busy int, now time.Time) (from int, died bool) {
+func (r *Record) Judge(failed bool, deadUntil time.Time, busy, nodes int, now time.Time) (from int, died bool) {
 	from = r.Window.Limit()
+	r.Window.Nodes = nodes
 	if failed {
 		if r.Window.Failed(now) {
 			r.DeadUntil = deadUntil

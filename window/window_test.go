@@ -190,10 +190,15 @@ func TestBoardIsOneWindow(t *testing.T) {
 					}
 					r := &ref{w: thread.NewWindow(clause(t, ps))}
 					now := epoch
+					seen := make(map[int]bool) // nodes that asked: live for the whole run
 					for i, s := range steps(rng, 2000, nodes) {
 						now = now.Add(s.advance)
 						until := now.Add(time.Hour)
 						n := ns[s.node]
+						if s.op != window.Release || len(leases[s.node]) > 0 {
+							seen[s.node] = true
+						}
+						r.w.Nodes = len(seen)
 						switch s.op {
 						case window.Acquire:
 							evs := n.Do(now, []window.Request{{Op: window.Acquire, Dest: dest, Params: p}})
@@ -226,6 +231,61 @@ func TestBoardIsOneWindow(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestBoardPromptRefusalPerNode: on a board, a refusal after as many
+// deliveries above the ceiling as two per live node is still prompt (each
+// node's new session takes its own round trip and agent start while the
+// others' deliveries are judged), so it confirms the ceiling; one more
+// and it does not. A window of one node keeps the bound of 2.
+func TestBoardPromptRefusalPerNode(t *testing.T) {
+	p := params(t, "initial_concurrency = 9")
+	for _, tc := range []struct {
+		nodes, clean int
+		confirmed    bool
+	}{{3, 6, true}, {3, 7, false}, {1, 2, true}, {1, 3, false}} {
+		t.Run(fmt.Sprintf("nodes%d/clean%d", tc.nodes, tc.clean), func(t *testing.T) {
+			b := window.NewBoard(time.Hour)
+			ns := make([]*window.Node, tc.nodes)
+			for i := range ns {
+				ns[i] = b.Node(fmt.Sprintf("n%d", i))
+			}
+			now := epoch
+			report := func(n *window.Node, failed bool) window.State {
+				now = now.Add(time.Millisecond)
+				evs := n.Do(now, []window.Request{{Op: window.Report, Dest: dest, Params: p, Failed: failed,
+					DeadUntil: now.Add(time.Minute)}})
+				return evs[0].State
+			}
+			// Every node live: each takes a session.
+			for _, n := range ns {
+				n.Do(now, []window.Request{{Op: window.Acquire, Dest: dest, Params: p}})
+			}
+			// A refusal at 9: ceiling 8, one strike; the window drops to 8.
+			st := report(ns[0], true)
+			if st.Window.Ceiling != 8 || st.Window.Strikes != 1 || st.Limit() != 8 {
+				t.Fatalf("after the first refusal: %+v", st.Window)
+			}
+			// A pseudo-cohort at the ceiling without failure (settled),
+			// then successes until the window steps past it to 9.
+			for i := 0; st.Limit() == 8; i++ {
+				st = report(ns[i%tc.nodes], false)
+			}
+			// tc.clean deliveries judged above the ceiling, then a
+			// refusal at 9.
+			for i := 0; i < tc.clean; i++ {
+				st = report(ns[i%tc.nodes], false)
+			}
+			if st.Limit() != 9 || st.Window.Ceiling != 8 {
+				t.Fatalf("the window left 9 before the refusal: %+v", st.Window)
+			}
+			st = report(ns[tc.clean%tc.nodes], true)
+			if got := st.Window.Strikes == 2; got != tc.confirmed || st.Window.Ceiling != 8 {
+				t.Fatalf("%d nodes, refusal after %d clean deliveries: ceiling %d strikes %d, want confirmed %v",
+					tc.nodes, tc.clean, st.Window.Ceiling, st.Window.Strikes, tc.confirmed)
+			}
+		})
 	}
 }
 

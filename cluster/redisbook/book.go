@@ -855,7 +855,8 @@ func (b *Book) local(r queued) {
 	case window.Report:
 		ds := b.dest(req.Dest, now)
 		f := b.fallback(ds, req.Params)
-		from, died := f.Judge(req.Failed, req.DeadUntil, ds.busy, now)
+		// The fallback window is this node's alone.
+		from, died := f.Judge(req.Failed, req.DeadUntil, ds.busy, 1, now)
 		b.emit(window.Event{Kind: window.Changed, Dest: req.Dest, From: from, Failed: req.Failed, Died: died,
 			Revived: from == 0 && !f.Window.Dead(), State: b.fallbackState(ds, now)})
 		b.freeLocal(req.Dest, ds, now, died)

@@ -207,7 +207,8 @@ func (r *ref) report(failed bool, until, now time.Time) {
 
 // TestBookIsOneWindow: three nodes' books on one Redis, driven by a random
 // sequence of acquires, releases and reports from any node, decide and
-// compute exactly as one thread.Window with the cluster's session count.
+// compute exactly as one thread.Window with the cluster's session count
+// and its nodes.
 func TestBookIsOneWindow(t *testing.T) {
 	srv := redistest.New(t)
 	for pi, ps := range []string{"", "positive_feedback = \"1/sqrt_concurrency\"\nfailed_cohort_limit = 2", "initial_concurrency = 2\nmaxthr = 6"} {
@@ -220,6 +221,7 @@ func TestBookIsOneWindow(t *testing.T) {
 			shared(t, ns...)
 			leases := make([][]window.Lease, len(ns))
 			r := &ref{w: p.New()}
+			r.w.Nodes = len(ns) // every node joined (shared above) and stays live
 			rng := rand.New(rand.NewSource(int64(pi) + 1))
 			now := epoch
 			failing := false

@@ -19,15 +19,15 @@ import (
 var epoch = time.UnixMilli(1767323045000) // whole milliseconds, as the store keeps them
 
 // judge runs the scripts' own Succeeded/Failed on one key with any busy
-// count (report takes the live leases; this reaches every value of busy,
-// as the core's feedback can).
+// count and any number of nodes (report takes the live leases and nodes;
+// this reaches every value, as the core's feedback can).
 var judge = redis.NewScript(prelude + `
 local p = params()
 local w = load(KEYS[1], p)
 apply(w, p)
 local died = 0
 if ARGV[14] == '1' then
-  if failed(w, p, p.now) then died = 1 end
+  if failed(w, p, p.now, tonumber(ARGV[16])) then died = 1 end
 else
   succeeded(w, p, tonumber(ARGV[15]), p.now)
 end
@@ -90,9 +90,10 @@ func TestLuaArithmeticIsThreadWindow(t *testing.T) {
 			// sequence goes in one pipeline and the answers are
 			// compared afterwards, step by step.
 			type step struct {
-				fail bool
-				busy int
-				now  time.Time
+				fail  bool
+				busy  int
+				nodes int
+				now   time.Time
 			}
 			var ss []step
 			now := epoch
@@ -105,7 +106,8 @@ func TestLuaArithmeticIsThreadWindow(t *testing.T) {
 				if rng.Intn(30) == 0 {
 					failing = !failing
 				}
-				ss = append(ss, step{fail: rng.Intn(12) == 0 || failing && rng.Intn(3) > 0, busy: rng.Intn(p.Max + 4), now: now})
+				ss = append(ss, step{fail: rng.Intn(12) == 0 || failing && rng.Intn(3) > 0, busy: rng.Intn(p.Max + 4),
+					nodes: rng.Intn(5), now: now})
 			}
 			if err := judge.Load(ctx, rdb).Err(); err != nil {
 				t.Fatal(err)
@@ -117,7 +119,7 @@ func TestLuaArithmeticIsThreadWindow(t *testing.T) {
 				if s.fail {
 					fail = "1"
 				}
-				cmds[i] = judge.EvalSha(ctx, pipe, []string{key}, append(b.args(s.now.UnixMilli(), p), fail, s.busy)...)
+				cmds[i] = judge.EvalSha(ctx, pipe, []string{key}, append(b.args(s.now.UnixMilli(), p), fail, s.busy, s.nodes)...)
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				t.Fatal(err)
@@ -129,6 +131,7 @@ func TestLuaArithmeticIsThreadWindow(t *testing.T) {
 					t.Fatal(err)
 				}
 				var died bool
+				w.Nodes = s.nodes
 				if s.fail {
 					died = w.Failed(s.now)
 				} else {
@@ -160,7 +163,7 @@ func TestLuaSixthsMakeOneStep(t *testing.T) {
 	var rep reply
 	for i := 0; i < 6; i++ {
 		var err error
-		rep, err = parse(judge.Run(context.Background(), rdb, []string{"sixths"}, append(b.args(epoch.UnixMilli(), p), "0", 6)...))
+		rep, err = parse(judge.Run(context.Background(), rdb, []string{"sixths"}, append(b.args(epoch.UnixMilli(), p), "0", 6, 1)...))
 		if err != nil {
 			t.Fatal(err)
 		}

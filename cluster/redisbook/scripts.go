@@ -96,9 +96,9 @@ local function succeeded(w, p, busy, now)
   w.c = math.min(w.c, p.max)
 end
 
-local function learn(w, now)
+local function learn(w, now, nodes)
   local at = w.c
-  local prompt = w.clean <= 2
+  local prompt = w.clean <= 2 * math.max(nodes, 1)
   local settled = w.calm - w.clean >= w.ceil
   if w.ceil == 0 or at > w.ceil + 1 then
     w.ceil, w.str, w.cat = math.max(at - 1, 1), 1, now
@@ -115,10 +115,10 @@ local function learn(w, now)
   w.clean, w.calm = 0, 0
 end
 
-local function failed(w, p, now)
+local function failed(w, p, now, nodes)
   if w.c == 0 then return false end
   expire(w, p, now)
-  if p.learn then learn(w, now) end
+  if p.learn then learn(w, now, nodes) end
   w.fc = w.fc + 1 / w.c
   if p.cohort > 0 and w.fc >= p.cohort - RO then
     w.c = 0
@@ -218,7 +218,8 @@ return n
 
 // report: KEYS state, leases, waiting, nodes; ARGV 1–13 settings, 14 "1"
 // for a site failure, 15 its dead-until time, 16 the Free channel prefix,
-// 17 the destination. window.Record.Judge with the live leases as busy.
+// 17 the destination. window.Record.Judge with the live leases as busy
+// and the live nodes as nodes.
 var report = redis.NewScript(prelude + `
 local p = params()
 local now = p.now
@@ -228,7 +229,7 @@ local w = load(KEYS[1], p)
 apply(w, p)
 local from, died = w.c, 0
 if ARGV[14] == '1' then
-  if failed(w, p, now) then
+  if failed(w, p, now, nn) then
     w.dead = tonumber(ARGV[15])
     died = 1
   end
