@@ -32,6 +32,9 @@ func (d *Daemon) startCluster() error {
 	if err != nil {
 		return fmt.Errorf("daemon: cluster: %w", err)
 	}
+	// go-redis logs through one process-wide logger: its lines become
+	// this daemon's events (redisbook.RouteLogs).
+	redisbook.RouteLogs(d.log.Named("cluster").Named("redis"))
 	d.cluster = &clusterLink{book: b, out: &window.Outbox{}}
 	d.core.UseBook(d.cluster.out)
 	d.log.Info("cluster", "node", cc.Node, "store", cc.Redacted(), "lease", cc.Lease.String())
