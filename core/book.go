@@ -34,6 +34,13 @@ type seat struct {
 	// oldest first: a report that kills the destination advances t.Retry
 	// to its entry when its answer says Died.
 	retries []int
+	// failing counts the site failures reported and not yet answered.
+	// Meanwhile no agent takes a new job on the destination (within):
+	// the window the core last saw is the one the refusal just proved too
+	// wide, and a job fed against it is refused in turn, a late refusal
+	// that unlearns the ceiling the first one taught. A book that answers
+	// at once (Local) never leaves it above 0 between events.
+	failing int
 	state   window.State // the book's last answer
 	known   bool         // state holds an answer
 }
@@ -86,6 +93,15 @@ func (s *Core) admit(t *thread.Thread, now time.Time) bool {
 		return true
 	}
 	st := s.seatOf(t)
+	if st.failing > 0 {
+		// Out of the wanting heap until the book answers the failure
+		// (seat.failing); a lease granted meanwhile waits as spare.
+		if !t.Asking {
+			t.Asking = true
+			s.ring(t).Update(t, now)
+		}
+		return false
+	}
 	if len(st.spare) > 0 {
 		return true
 	}
@@ -170,6 +186,9 @@ func (s *Core) within(t *thread.Thread) bool {
 		return t.Busy <= t.Window.Limit()
 	}
 	st, ok := s.seats[destOf(t)]
+	if ok && st.failing > 0 {
+		return false
+	}
 	if !ok || !st.known {
 		return t.Busy <= t.Window.Limit()
 	}
@@ -194,6 +213,9 @@ func (s *Core) reportBook(t *thread.Thread, siteFailed bool, retryAt, now time.T
 		t.SiteFailures = 0
 	}
 	st.retries = append(st.retries, idx)
+	if siteFailed {
+		st.failing++
+	}
 	s.ask(now, window.Request{Op: window.Report, Dest: st.dest, Params: window.ParamsOf(s.clause(t.Clause)),
 		Failed: siteFailed, DeadUntil: until})
 }
@@ -228,7 +250,7 @@ func (s *Core) windowEvent(ev window.Event, now time.Time, later bool) {
 			break
 		}
 		st.spare = append(st.spare, ev.Lease)
-		t.Asking = st.denied
+		t.Asking = st.denied || st.failing > 0
 		s.mirror(t, ev.State)
 		if ev.Revived {
 			// Its retry index stands, as reviveDue leaves it: only a
@@ -258,6 +280,9 @@ func (s *Core) windowEvent(ev window.Event, now time.Time, later bool) {
 			idx = st.retries[0]
 			st.retries = st.retries[1:]
 		}
+		if ev.Failed {
+			st.failing = max(st.failing-1, 0)
+		}
 		if t == nil {
 			break
 		}
@@ -279,7 +304,7 @@ func (s *Core) windowEvent(ev window.Event, now time.Time, later bool) {
 			s.mirror(t, ev.State)
 		}
 	}
-	if t != nil && !st.denied && !st.asking {
+	if t != nil && !st.denied && !st.asking && st.failing == 0 {
 		t.Asking = false
 	}
 	if t == nil {
@@ -353,7 +378,7 @@ func (s *Core) retryDenied(now time.Time) {
 	for _, st := range due {
 		st.denied, st.retry = false, time.Time{}
 		if t := s.threads[st.key]; t != nil {
-			t.Asking = st.asking
+			t.Asking = st.asking || st.failing > 0
 			s.update(t, now)
 		}
 	}

@@ -115,3 +115,66 @@ func TestOutboxAnswersLater(t *testing.T) {
 		t.Fatal("the book never heard of the destination")
 	}
 }
+
+// TestBookHoldsJobsWhileARefusalIsUnanswered: with a book that answers
+// later, no agent takes a new job on a destination while a site failure
+// reported on it is unanswered: the window the core last saw is the one
+// the refusal proved too wide, and a job fed against it is refused in
+// turn, a late refusal that would unlearn the ceiling the first one
+// taught. Here the store answers a failure only after ten more steps of
+// the simulation; the queue still drains, within the limit and a probe.
+func TestBookHoldsJobsWhileARefusalIsUnanswered(t *testing.T) {
+	s := sim.New(feedbackConfig(t, ""), nil, 1)
+	s.Behavior = limited5(s)
+	out := &window.Outbox{}
+	local := window.NewLocal()
+	s.Core.UseBook(out)
+	s.Check = true
+	for i := 0; i < 300; i++ {
+		s.Enqueue(fmt.Sprintf("smtp/lim.test/u%d", i))
+	}
+	failed := func(reqs []window.Request) bool {
+		for _, r := range reqs {
+			if r.Op == window.Report && r.Failed {
+				return true
+			}
+		}
+		return false
+	}
+	var pending []window.Request
+	held, refusals := 0, 0 // held: steps left before the store answers
+	for steps := 0; steps < 1_000_000; steps++ {
+		if held == 0 && len(pending) > 0 {
+			s.Do(func(now time.Time) { s.Core.Window(now, local.Do(now, pending)) })
+			pending = out.Take()
+			continue
+		}
+		fed := len(s.JobLog)
+		if !s.Step() {
+			if len(pending) > 0 {
+				held = 0 // nothing else happens: the store answers now
+				continue
+			}
+			break
+		}
+		reqs := out.Take()
+		if held == 0 && failed(reqs) {
+			held = 10
+			refusals++
+		}
+		if held > 0 && len(s.JobLog) > fed {
+			t.Fatalf("step %d: %d job(s) fed while a site failure was unanswered: %+v",
+				steps, len(s.JobLog)-fed, s.JobLog[fed:])
+		}
+		held = max(held-1, 0)
+		pending = append(pending, reqs...)
+	}
+	checkAllDelivered(t, s, 300)
+	if peak := s.PeakBusy["lim.test"]; peak > 6 {
+		t.Fatalf("peak sessions %d, want at most the limit of 5 and one probe", peak)
+	}
+	if refusals == 0 {
+		t.Fatal("no site failure: nothing tested")
+	}
+	t.Logf("%d answers of failures held", refusals)
+}
