@@ -41,6 +41,22 @@ func (d *Daemon) startCluster() error {
 	return nil
 }
 
+// seedCluster gives the book what the state file remembered (loadState
+// gave it to the core first): the last shared windows this node saw, from
+// which its fallback windows start while the store cannot be reached.
+func (d *Daemon) seedCluster() {
+	if d.cluster == nil {
+		return
+	}
+	ds := d.core.Destinations(d.now())
+	rs := make([]redisbook.Remembered, 0, len(ds))
+	for _, x := range ds {
+		rs = append(rs, redisbook.Remembered{Dest: window.Dest{Channel: x.Channel, Host: x.Host}, Window: x.Window,
+			DeadUntil: x.DeadUntil})
+	}
+	d.cluster.book.Restore(rs)
+}
+
 // pushBook hands the book what the core asked of it since the last time.
 func (d *Daemon) pushBook() {
 	if d.cluster == nil {

@@ -174,6 +174,7 @@ func New(cfg *config.Config, log hclog.Logger, opt Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.loadState()
+	d.seedCluster()
 	// Before the first read of the queue: nothing held goes out, and no
 	// deferred recipient is tried before its time.
 	d.loadHolds()

@@ -92,10 +92,11 @@ type Book struct {
 	wg     sync.WaitGroup
 	member string // this incarnation's prefix of lease members
 
-	mu     sync.Mutex
-	queue  []queued
-	wake   chan struct{} // a request was queued
-	status cluster.Status
+	mu       sync.Mutex
+	queue    []queued
+	restored []Remembered  // from Restore, for the worker to adopt
+	wake     chan struct{} // a request was queued
+	status   cluster.Status
 
 	// The worker's own, touched by no other goroutine.
 	mode    cluster.Mode // the worker's copy of status.Mode
@@ -224,6 +225,54 @@ func (b *Book) Do(now time.Time, reqs []window.Request) []window.Event {
 	return nil
 }
 
+// Remembered is what a node's state file kept of a destination: the
+// last shared window it saw (thread.WindowState) and its dead-until time.
+type Remembered struct {
+	Dest      window.Dest
+	Window    thread.WindowState
+	DeadUntil time.Time
+}
+
+// Restore gives the book what the node remembered from its last run, as
+// the last shared state of each destination it has not heard of since:
+// the fallback windows start from it (capped at the node's share), and a
+// reconnect seeds it where the store has lost the destination. What the
+// store answers replaces it. It never blocks.
+func (b *Book) Restore(rs []Remembered) {
+	if len(rs) == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.restored = append(b.restored, rs...)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// adopt takes what Restore gave: the worker's.
+func (b *Book) adopt() {
+	b.mu.Lock()
+	rs := b.restored
+	b.restored = nil
+	b.mu.Unlock()
+	if len(rs) == 0 {
+		return
+	}
+	now := b.clock()
+	for _, r := range rs {
+		ds := b.dest(r.Dest, now)
+		if ds.known {
+			continue // the store answered since: newer
+		}
+		ds.last, ds.known = window.State{Window: r.Window, Nodes: 1}, true
+		if r.Window.Concurrency == 0 {
+			ds.last.DeadUntil = r.DeadUntil
+		}
+	}
+}
+
 // Events delivers the answers to Do's requests, in order, and Free
 // notices, in batches. Read it until Close.
 func (b *Book) Events() <-chan []window.Event { return b.events }
@@ -326,6 +375,7 @@ func (b *Book) take() []queued {
 // serve carries out the queued requests: in the store, or from the
 // fallback windows when it cannot be reached.
 func (b *Book) serve() {
+	b.adopt()
 	q := b.take()
 	if len(q) == 0 {
 		return
@@ -756,6 +806,7 @@ func (b *Book) jitter(n int64) int64 {
 // store lost, registers the node's sessions, drops stale leases, and
 // answers from the store again. On failure the node stays in fallback.
 func (b *Book) reconcile() {
+	b.adopt()
 	now := b.clock()
 	if err := b.load(); err != nil {
 		b.fall(err)
@@ -881,9 +932,10 @@ func (b *Book) fallbackState(ds *dest, now time.Time) window.State {
 }
 
 // fallback returns a destination's fallback window, made on first use
-// from the last shared state seen. Its limit is the node's share of the
-// shared window: the last window divided by the live nodes last seen, at
-// least 1 (the initial window shared alike when the node never saw it).
+// from the last shared state seen (answered by the store, else restored
+// from the state file). Its limit is the node's share of the shared
+// window: the last window divided by the live nodes last seen, at least 1
+// (the initial window shared alike when the node never saw one).
 func (b *Book) fallback(ds *dest, p window.Params) *window.Record {
 	p = p.Normal()
 	shared := min(p.Initial, p.Max)

@@ -622,3 +622,36 @@ func TestPruneForgetsIdleDestinations(t *testing.T) {
 		t.Fatalf("after prune: %v", b.order)
 	}
 }
+
+// TestFallbackStartsFromTheStateFile: a node that starts while the store
+// is down answers from fallback windows that start from what its state
+// file remembered (Restore: the last shared window it saw), not from the
+// clause's initial window; once the store is back, empty, the remembered
+// window is what it seeds there.
+func TestFallbackStartsFromTheStateFile(t *testing.T) {
+	srv := redistest.New(t)
+	srv.Kill()
+	p := clauseParams(t, "") // initial 5, maxthr 20
+	clk := newClock(epoch)
+	a := newNode(t, srv.URL(0), "a", 30*time.Second, clk.Now)
+	waitFor(t, func() bool { return a.b.Status().Mode == cluster.Fallback }, "node a to fall back")
+	a.b.Restore([]Remembered{{Dest: testDest, Window: thread.WindowState{Concurrency: 8, Ceiling: 8, Strikes: 2,
+		CeilingAt: epoch}}})
+	for i := 0; i < 8; i++ {
+		if ev := a.acquire(epoch, p); ev.Kind != window.Granted || !ev.State.Fallback || ev.State.Limit() != 8 {
+			t.Fatalf("acquire %d without the store: %+v; want granted by the remembered window of 8", i, ev)
+		}
+	}
+	if ev := a.acquire(epoch, p); ev.Kind != window.Denied || ev.Reason != window.Full {
+		t.Fatalf("acquire 9: %+v; want denied, the remembered window full", ev)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return a.b.Status().Mode == cluster.Shared }, "node a to reach the store")
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true})
+	defer rdb.Close()
+	if c, err := rdb.HGet(context.Background(), "t:{smtp/limited.test}:w", "c").Result(); err != nil || c != "8" {
+		t.Fatalf("seeded window %q, %v; want the remembered one, 8", c, err)
+	}
+}
