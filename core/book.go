@@ -1,6 +1,9 @@
 package core
 
 import (
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"zsched/thread"
@@ -406,6 +409,24 @@ type ClusterView struct {
 	Asking    bool // an Acquire is outstanding
 	Denied    bool // waiting for a session to come free
 	DeadUntil time.Time
+	// ByNode is Leases node by node, in the order of their names, as the
+	// store last counted them; nil when only this node counts (fallback).
+	ByNode []window.NodeLeases
+}
+
+// Sessions says the live sessions node by node, "mx1 2, mx2 3", for
+// operators; "" when the book gave no breakdown.
+func (c *ClusterView) Sessions() string {
+	var b strings.Builder
+	for i, n := range c.ByNode {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(n.Node)
+		b.WriteByte(' ')
+		b.WriteString(strconv.Itoa(n.Leases))
+	}
+	return b.String()
 }
 
 // clusterView returns t's cluster view; nil without a book or an answer.
@@ -418,5 +439,6 @@ func (s *Core) clusterView(t *thread.Thread) *ClusterView {
 		return nil
 	}
 	return &ClusterView{Window: st.state.Limit(), Leases: st.state.Leases, Mine: st.state.Mine, Nodes: st.state.Nodes,
-		Fallback: st.state.Fallback, Asking: st.asking, Denied: st.denied, DeadUntil: st.state.DeadUntil}
+		Fallback: st.state.Fallback, Asking: st.asking, Denied: st.denied, DeadUntil: st.state.DeadUntil,
+		ByNode: slices.Clone(st.state.ByNode)}
 }

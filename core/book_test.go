@@ -178,3 +178,31 @@ func TestBookHoldsJobsWhileARefusalIsUnanswered(t *testing.T) {
 	}
 	t.Logf("%d answers of failures held", refusals)
 }
+
+// TestWhyNamesTheClusterNodesSessions: a message waiting for the shared
+// window says whose sessions fill it, node by node, as the book counted
+// them.
+func TestWhyNamesTheClusterNodesSessions(t *testing.T) {
+	cfg := feedbackConfig(t, "")
+	s := sim.New(cfg, nil, 1)
+	s.Behavior = limited5(s)
+	board := window.NewBoard(30 * time.Second)
+	other := board.Node("mx2")
+	d := window.Dest{Channel: "smtp", Host: "lim.test"}
+	p := window.ParamsOf(&cfg.Clauses[0])
+	for i := 0; i < 5; i++ { // the initial window of 5, all mx2's
+		if evs := other.Do(s.Now, []window.Request{{Op: window.Acquire, Dest: d, Params: p}}); evs[0].Kind != window.Granted {
+			t.Fatalf("mx2's session %d: %+v", i, evs[0])
+		}
+	}
+	s.Core.UseBook(board.Node("mx1"))
+	s.Enqueue("smtp/lim.test/u0")
+	vs := s.Core.ThreadVertices(s.Now, "smtp", "lim.test")
+	if len(vs) != 1 {
+		t.Fatalf("%d vertices on lim.test, want 1", len(vs))
+	}
+	want := "the cluster's shared window is full: 5 of 5 sessions busy on 2 nodes (0 on this node; by node: mx2 5)"
+	if got := vs[0].Why.String(); got != want {
+		t.Fatalf("why:\n got  %s\n want %s", got, want)
+	}
+}

@@ -124,8 +124,12 @@ func (w Why) String() string {
 		if c == nil || c.Asking {
 			return "waiting for the cluster's answer to a session request"
 		}
-		txt := fmt.Sprintf("the cluster's shared window is full: %d of %d sessions busy on %d nodes (%d on this node)",
+		txt := fmt.Sprintf("the cluster's shared window is full: %d of %d sessions busy on %d nodes (%d on this node",
 			c.Leases, c.Window, c.Nodes, c.Mine)
+		if by := c.Sessions(); by != "" {
+			txt += "; by node: " + by
+		}
+		txt += ")"
 		if c.Fallback {
 			txt += "; cluster: fallback (the store is unreachable: this node's share of the last shared window)"
 		}

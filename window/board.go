@@ -2,6 +2,7 @@ package window
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -115,12 +116,22 @@ func (b *Board) liveNodes(now time.Time) int {
 
 func (b *Board) state(s *shared, n *Node, now time.Time) State {
 	mine := 0
+	var by []NodeLeases
 	for _, h := range s.leases {
 		if h.node == n {
 			mine++
 		}
+		i := slices.IndexFunc(by, func(x NodeLeases) bool { return x.Node == h.node.name })
+		if i < 0 {
+			by = append(by, NodeLeases{Node: h.node.name})
+			i = len(by) - 1
+		}
+		by[i].Leases++
 	}
-	return s.rec.State(now, len(s.leases), mine, b.liveNodes(now))
+	slices.SortFunc(by, func(a, b NodeLeases) int { return strings.Compare(a.Node, b.Node) })
+	st := s.rec.State(now, len(s.leases), mine, b.liveNodes(now))
+	st.ByNode = by
+	return st
 }
 
 // Do answers n's requests at once, followed by the Free events others'

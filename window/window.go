@@ -202,9 +202,19 @@ type State struct {
 	Leases    int       // live sessions on the destination, every node's
 	Mine      int       // of them, this node's
 	Nodes     int       // live nodes sharing the store (1 for a local book)
+	// ByNode is Leases node by node, in the order of their names, for
+	// operators (mailq, WHY); nil when only this node counts (a local
+	// book, a fallback window).
+	ByNode []NodeLeases
 	// Fallback: the shared store was unreachable and the node's own
 	// window answered (capped at its share of the last shared window).
 	Fallback bool
+}
+
+// NodeLeases is one node's live sessions on a destination.
+type NodeLeases struct {
+	Node   string
+	Leases int
 }
 
 // Limit is the window: how many sessions may run at once, 0 while dead.

@@ -647,6 +647,7 @@ type reply struct {
 	live, nodes   int
 	w             thread.Window
 	dead          time.Time
+	byNode        []window.NodeLeases
 }
 
 func parse(cmd *redis.Cmd) (reply, error) {
@@ -654,8 +655,8 @@ func parse(cmd *redis.Cmd) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	if len(vs) != 17 {
-		return reply{}, fmt.Errorf("answer of %d fields, want 17", len(vs))
+	if len(vs) != 18 {
+		return reply{}, fmt.Errorf("answer of %d fields, want 18", len(vs))
 	}
 	var r reply
 	var errs []error
@@ -686,6 +687,17 @@ func parse(cmd *redis.Cmd) (reply, error) {
 	r.w = thread.Window{Concurrency: int(i(7)), Success: f(8), Failure: f(9), FailCohorts: f(10),
 		Ceiling: int(i(11)), Strikes: int(i(12)), Calm: int(i(13)), Clean: int(i(14)), CeilingAt: ms(15)}
 	r.dead = ms(16)
+	if by := strings.Fields(vs[17]); len(by)%2 == 0 {
+		for k := 0; k < len(by); k += 2 {
+			n, err := strconv.Atoi(by[k+1])
+			if err != nil {
+				errs = append(errs, err)
+			}
+			r.byNode = append(r.byNode, window.NodeLeases{Node: by[k], Leases: n})
+		}
+	} else {
+		errs = append(errs, fmt.Errorf("leases by node %q: an odd number of fields", vs[17]))
+	}
 	return r, errors.Join(errs...)
 }
 
@@ -694,7 +706,9 @@ func (r reply) state(p window.Params, now time.Time) window.State {
 	w := r.w
 	p.Apply(&w)
 	rec := window.Record{Window: w, DeadUntil: r.dead}
-	return rec.State(now, r.live, 0, r.nodes)
+	st := rec.State(now, r.live, 0, r.nodes)
+	st.ByNode = r.byNode
+	return st
 }
 
 // renew extends every lease the node holds, and its own liveness, by a

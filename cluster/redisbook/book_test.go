@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -653,5 +654,34 @@ func TestFallbackStartsFromTheStateFile(t *testing.T) {
 	defer rdb.Close()
 	if c, err := rdb.HGet(context.Background(), "t:{smtp/limited.test}:w", "c").Result(); err != nil || c != "8" {
 		t.Fatalf("seeded window %q, %v; want the remembered one, 8", c, err)
+	}
+}
+
+// TestLeasesByNode: the store's answers count the live sessions node by
+// node, names in order, for mailq and WHY; the board (the simulator's
+// twin) counts alike.
+func TestLeasesByNode(t *testing.T) {
+	srv := redistest.New(t)
+	p := clauseParams(t, "")
+	clk := newClock(epoch)
+	a := newNode(t, srv.URL(0), "mx2", 30*time.Second, clk.Now)
+	b := newNode(t, srv.URL(0), "mx1", 30*time.Second, clk.Now)
+	shared(t, a, b)
+	board := window.NewBoard(30 * time.Second)
+	ba, bb := board.Node("mx2"), board.Node("mx1")
+	acq := []window.Request{{Op: window.Acquire, Dest: testDest, Params: p}}
+	a.acquire(epoch, p)
+	ba.Do(epoch, acq)
+	a.acquire(epoch, p)
+	ba.Do(epoch, acq)
+	ev := b.acquire(epoch, p)
+	bev := bb.Do(epoch, acq)[0]
+	want := []window.NodeLeases{{Node: "mx1", Leases: 1}, {Node: "mx2", Leases: 2}}
+	if !reflect.DeepEqual(ev.State.ByNode, want) || !reflect.DeepEqual(bev.State.ByNode, want) {
+		t.Fatalf("sessions by node: store %+v, board %+v; want %+v", ev.State.ByNode, bev.State.ByNode, want)
+	}
+	ev = a.ask(epoch, window.Request{Op: window.Report, Dest: testDest, Params: p})
+	if !reflect.DeepEqual(ev.State.ByNode, want) {
+		t.Fatalf("sessions by node in a report's answer: %+v; want %+v", ev.State.ByNode, want)
 	}
 }

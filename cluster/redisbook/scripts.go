@@ -158,9 +158,30 @@ local function notify(waiting, n, c, now, channel, dest, died)
   for _, node in ipairs(ws) do redis.call('PUBLISH', channel .. node, dest) end
 end
 
-local function reply(kind, retry, revived, from, died, n, nn, w)
+-- bynode counts the live leases node by node (a member is
+-- node:incarnation:n, and a node's name holds no ':' or white space):
+-- "name count name count", names in order, for operators.
+local function bynode(leases)
+  local count, names = {}, {}
+  for _, m in ipairs(redis.call('ZRANGE', leases, 0, -1)) do
+    local node = string.match(m, '^[^:]*')
+    if not count[node] then
+      count[node] = 0
+      names[#names + 1] = node
+    end
+    count[node] = count[node] + 1
+  end
+  table.sort(names)
+  local out = {}
+  for _, node in ipairs(names) do
+    out[#out + 1] = node .. ' ' .. I(count[node])
+  end
+  return table.concat(out, ' ')
+end
+
+local function reply(kind, retry, revived, from, died, n, nn, w, by)
   return {kind, I(retry), I(revived), I(from), I(died), I(n), I(nn),
-    I(w.c), F(w.s), F(w.f), F(w.fc), I(w.ceil), I(w.str), I(w.calm), I(w.clean), I(w.cat), I(w.dead)}
+    I(w.c), F(w.s), F(w.f), F(w.fc), I(w.ceil), I(w.str), I(w.calm), I(w.clean), I(w.cat), I(w.dead), by or ''}
 end
 `
 
@@ -202,7 +223,7 @@ if kind == 'dead' then
 end
 save(KEYS[1], w, now)
 notify(KEYS[3], n, w.c, now, ARGV[15], ARGV[16], false)
-return reply(kind, retry, revived, w.c, 0, n, nn, w)
+return reply(kind, retry, revived, w.c, 0, n, nn, w, bynode(KEYS[2]))
 `)
 
 // release: KEYS state, leases, waiting; ARGV now, the lease's member, the
@@ -239,7 +260,7 @@ else
 end
 save(KEYS[1], w, now)
 notify(KEYS[3], n, w.c, now, ARGV[16], ARGV[17], died == 1)
-return reply('changed', 0, 0, from, died, n, nn, w)
+return reply('changed', 0, 0, from, died, n, nn, w, bynode(KEYS[2]))
 `)
 
 // seed: KEYS state; ARGV now, then c s f fc ceil str cat dead. A node
