@@ -23,7 +23,9 @@ import (
 // a time (the thread is Asking meanwhile and wants no agent); a Denied
 // thread waits for a Free event or its Retry time; a granted lease no
 // agent could take is released at once; an agent's lease is released when
-// it leaves the thread.
+// it leaves the thread; while a site failure reported on the destination
+// is unanswered, no agent takes a new job there and the thread asks for no
+// session (seat.failing).
 
 // seat is the core's side of one destination's conversation with its book.
 type seat struct {
