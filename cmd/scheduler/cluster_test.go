@@ -262,9 +262,9 @@ func TestClusterSharesOneWindow(t *testing.T) {
 	// Local windows start 3 × 5 sessions against 5 and keep probing past
 	// the limit on every node; the shared window starts at 5 and probes
 	// once for the cluster.
-	// Refusals are measured, not judged here: see the report of issue 20
-	// (the shared window still probes past the limit more often than
-	// three local windows do on a loaded machine).
+	// Refusals are measured, not judged here: how many depends on the
+	// machine's load (README, "Running several nodes": about 10 shared,
+	// about 60 with local windows, on a loaded 2-core machine).
 	t.Logf("%d refusals for %d messages", cs.refusals(), perNode*3)
 	// The window lived in the store, learned from every node's reports;
 	// shutdown released every lease.
