@@ -44,47 +44,21 @@
 // come at any time, and may be stale (another node took the session
 // first): asking again is always safe.
 //
-// # Wiring plan (after the core's rework lands)
+// # How it is wired
 //
-// The core keeps one Book (Local unless [cluster]; an Outbox with
-// [cluster], whose requests the daemon takes after each event with the
-// other actions and hands to redisbook.Book.Do, feeding the batches from
-// Events back to the core as one more event: core.Window(now, evs)).
-//   - core/agents.go attach: instead of checking t.Busy < t.Window.Limit()
-//     and attaching at once, send Acquire and mark the thread asking (one
-//     outstanding Acquire per thread at a time); on Granted attach an idle
-//     or new agent of the ring and keep the lease with the agent; if the
-//     ring has none any more, Release at once. On Denied, keep the thread
-//     out of its ring's wanting heap until Free or Retry (a timer entry,
-//     like BackoffUntil). With Local every answer comes inside the same
-//     call, so scheduling decisions are the same as today's.
-//   - core/agents.go detach: Release the agent's lease.
-//   - core/feedback.go feedback: send Report with Failed and DeadUntil
-//     (retryAt, else the schedule's next time — computed on a copy of
-//     t.Retry, advanced only when Changed says Died). On Changed: mirror
-//     State.Window into t.Window (Restore) for the views and the state
-//     file, set t.BackoffUntil from State.DeadUntil when dead, clear it
-//     and t.Retry when Revived; log destination_concurrency_feedback from
-//     From and State exactly as logWindow does now.
-//   - core/feedback.go reviveDue: nothing — a book revives a dead
-//     destination at the first Acquire at or after its DeadUntil (Granted
-//     with Revived); the timer only needs to fire then and ask.
-//   - core/agents.go feed's "t.Busy <= t.Window.Limit()": compare with the
-//     last State instead (State.Leases against State.Limit(): an agent
-//     takes no new job while the cluster runs more sessions than the
-//     shared window allows).
-//   - core/destinations.go: Destinations/Learn keep thread.WindowState;
-//     with Local, Learn calls Local.Restore; with [cluster] the store is
-//     the memory (the state file stays as the fallback's starting point).
-//   - config: a Cluster *cluster.Config field, filled by
-//     cluster.FromTable from a [cluster] table (see its comment for the
-//     one case to add); nil = Local, nothing changes.
-//   - daemon: with Cluster set, redisbook.New(cfg, Options{Log}) at start,
-//     Close at exit; select on its Events beside the agents' channels;
-//     mailq and metrics read Book.Status() (mailq prints Status.String(),
-//     e.g. "cluster: fallback since …"; a gauge per cluster.Mode and
-//     counters Fallbacks, Reconnects). cmd/scheduler's main may route
-//     go-redis's own process-wide logger (redis.SetLogger) into hclog.
+// The core keeps one Book (core/book.go): none without [cluster], and
+// then its own thread.Window decides exactly as Local does; with
+// [cluster], an Outbox whose requests the daemon takes after each event
+// and hands to redisbook.Book.Do (daemon/cluster.go), feeding the answers
+// from its Events back to the core as one more event (core.Window). The
+// core attaches an agent only with a lease granted for its thread (one
+// Acquire outstanding a thread), releases it when the agent leaves,
+// reports each judged delivery, mirrors every answer's State into the
+// thread's Window for mailq, WHY, metrics and the state file, and feeds no
+// new job on a destination while a site failure reported on it is
+// unanswered. The state file's windows seed the Redis book's fallback
+// (Book.Restore). mailq and metrics read the book's Status.
+//
 //   - sim/lab: N sim cores over one Board, the Board's nodes' Do called by
 //     the simulator with the cores' Ready requests, replacing the model in
 //     lab/cluster.go.
