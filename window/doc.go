@@ -59,8 +59,9 @@
 // unanswered. The state file's windows seed the Redis book's fallback
 // (Book.Restore). mailq and metrics read the book's Status.
 //
-//   - sim/lab: N sim cores over one Board, the Board's nodes' Do called by
-//     the simulator with the cores' Ready requests, replacing the model in
-//     lab/cluster.go.
-//   - flush and hold stay per node (the Book is only asked for sessions).
+// Flush and hold stay per node: the Book is only asked for sessions.
+//
+// Not yet: lab/cluster.go models N nodes over one Board with agents of its
+// own; N real sim cores over one Board (each node's Outbox handed to the
+// Board's Node) would measure the core's own scheduling instead.
 package window
