@@ -52,7 +52,7 @@ func DialTCP(addr, user, password string, timeout time.Duration) (*Client, error
 	if err != nil {
 		return nil, err
 	}
-	rep, err := cl.Do("AUTH " + user + " " + Authenticator(cl.Challenge, password))
+	rep, err := cl.Do(VerbAuth + " " + user + " " + Authenticator(cl.Challenge, password))
 	if err != nil {
 		cl.Close()
 		return nil, err
@@ -139,6 +139,6 @@ func (cl *Client) Do(cmd string) (Reply, error) {
 // Close ends the session with QUIT.
 func (cl *Client) Close() error {
 	cl.conn.SetDeadline(time.Now().Add(time.Second))
-	io.WriteString(cl.conn, "QUIT\n")
+	io.WriteString(cl.conn, VerbQuit+"\n")
 	return cl.conn.Close()
 }

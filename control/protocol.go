@@ -10,7 +10,8 @@ import (
 type Perm uint16
 
 // Rights. The first five are ZMailer's auth-file tokens (SNMP, QQ, TT, ETRN,
-// KILL); FLUSH, HOLD and RELOAD are zsched's.
+// KILL); FLUSH, HOLD and RELOAD are zsched's. Verbs says which verb needs
+// which.
 const (
 	PermSNMP   Perm = 1 << iota // SHOW SNMP
 	PermQQ                      // SHOW QUEUE SHORT, SHOW QSHAPE
@@ -40,52 +41,6 @@ func ParsePerm(s string) (p Perm, bad []string) {
 		}
 	}
 	return p, bad
-}
-
-// Verb is a command the protocol knows: its words, the right it needs and
-// how many arguments it takes.
-type Verb struct {
-	Name    string // canonical words, e.g. "SHOW QUEUE THREADS"
-	Need    Perm   // 0: any client that got in
-	MinArgs int
-	MaxArgs int // -1: any
-	Help    string
-}
-
-// Verbs are every command; parse takes the one with the longest name that
-// a line starts with.
-var Verbs = []Verb{
-	{"SHOW QUEUE THREADS2", PermTT, 0, 0, "SHOW QUEUE THREADS2: one tab-separated line per thread"},
-	{"SHOW QUEUE THREADS", PermTT, 0, 0, "SHOW QUEUE THREADS: the thread report (mailq, mailq -Q)"},
-	{"SHOW QUEUE SHORT", PermQQ, 0, 0, "SHOW QUEUE SHORT: ring headers and summaries (mailq -QQ)"},
-	{"SHOW QUEUE JSON", PermTT, 0, 0, "SHOW QUEUE JSON: rings, threads and agents as one JSON document (mailq -json)"},
-	{"SHOW THREAD", PermTT, 2, 2, "SHOW THREAD channel host: one destination's recipients (mailq -dest channel/host)"},
-	{"SHOW COUNTERS", 0, 0, 0, "SHOW COUNTERS: running totals and gauges (mailq -counters)"},
-	{"SHOW QSHAPE", PermQQ, 0, 1, "SHOW QSHAPE [N]: recipients by host and age, top N hosts (qshape)"},
-	{"SHOW SNMP", PermSNMP, 0, 0, "SHOW SNMP: the two global summary lines (mailq -QQQ)"},
-	{"ETRN", PermETRN, 1, -1, "ETRN host|@domain [info]: start queueonly threads for it (etrn)"},
-	{"KILL MSG", PermKill, 1, 1, "KILL MSG id: remove a message and its files (kill)"},
-	{"FLUSH", PermFlush, 0, 1, "FLUSH [channel/host]: retry now, ending back-offs; globs allowed (flush)"},
-	{"HOLD THREAD", PermHold, 1, 1, "HOLD THREAD channel/host: feed nothing to a destination (hold)"},
-	{"HOLD MSG", PermHold, 1, 1, "HOLD MSG id: feed nothing of a message (hold)"},
-	{"RELEASE THREAD", PermHold, 1, 1, "RELEASE THREAD channel/host: end a destination hold (release)"},
-	{"RELEASE MSG", PermHold, 1, 1, "RELEASE MSG id: end a message hold (release)"},
-	{"WHY", PermTT, 1, 1, "WHY id: why each recipient of a message is waiting (why)"},
-	{"RELOAD", PermReload, 0, 0, "RELOAD: re-read the configuration (reload)"},
-	// Issue 17: the whole spool, bulk operations and postcat.
-	{"SHOW QUEUE MESSAGES", PermTT, 0, -1, "SHOW QUEUE MESSAGES [json] [held] [deferred] [dest=GLOB] [from=ADDR]: every message in the spool (queue)"},
-	{"SHOW MSG", PermTT, 1, 2, "SHOW MSG id [body]: the control file decoded, headers, body (cat)"},
-	{"KILL MSGS", PermKill, 1, -1, "KILL MSGS [dry] [all] [dest=GLOB] [from=ADDR] [id...]: kill many (kill)"},
-	{"HOLD MSGS", PermHold, 1, -1, "HOLD MSGS [dry] [dest=GLOB] [from=ADDR] [id...]: hold many messages (hold)"},
-	{"RELEASE MSGS", PermHold, 1, -1, "RELEASE MSGS [dry] [all] [dest=GLOB] [from=ADDR] [id...]: release many (release)"},
-	{"FLUSH MSGS", PermFlush, 1, -1, "FLUSH MSGS [dry] [dest=GLOB] [from=ADDR] [id...]: retry many now (flush)"},
-}
-
-// sessionHelp is HELP's text for the words every session takes.
-var sessionHelp = []string{
-	"AUTH user authenticator: log in (TCP listener; MD5 of the challenge line and the password)",
-	"HELP: this list",
-	"QUIT: end the session (EXIT too)",
 }
 
 // parse splits a command line into its verb and arguments: the verb whose
@@ -181,7 +136,7 @@ type Peer struct {
 // Request is one command for the scheduler's loop, which must call Respond
 // exactly once.
 type Request struct {
-	Verb string   // canonical, e.g. "KILL MSG"
+	Verb string   // canonical: one of the Verb* constants
 	Args []string // the words after the verb
 	Line string   // the line as received
 	Peer Peer

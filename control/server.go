@@ -533,15 +533,15 @@ func (ss *session) command(line string) bool {
 		return true
 	}
 	switch strings.ToUpper(words[0]) {
-	case "QUIT", "EXIT":
+	case VerbQuit, VerbExit:
 		ss.send("+Bye bye")
 		return false
-	case "AUTH":
+	case VerbAuth:
 		return ss.authenticate(words[1:])
-	case "HELP":
+	case VerbHelp:
 		var out []string
 		for _, v := range Verbs {
-			out = append(out, v.Help)
+			out = append(out, v.HelpLine())
 		}
 		out = append(out, sessionHelp...)
 		return ss.send(Listing(out).encode()...)
@@ -551,10 +551,10 @@ func (ss *session) command(line string) bool {
 	}
 	v, args, ok := parse(line)
 	if v.Name != "" && !ok && ss.perm&v.Need == v.Need {
-		return ss.send("-usage: " + v.Help)
+		return ss.send("-usage: " + v.HelpLine())
 	}
 	if !ok || ss.perm&v.Need != v.Need {
-		if v.Name == "ETRN" && ok {
+		if v.Name == VerbETRN && ok {
 			return ss.send("-No ETRN allowed for you.")
 		}
 		return ss.send(unknown(words))

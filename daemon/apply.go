@@ -44,7 +44,7 @@ func (d *Daemon) apply() {
 					p.Kill(killGrace)
 				}
 				if !w.Due.IsZero() {
-					d.ops.metrics.dispatched(d.now().Sub(w.Due))
+					d.operator.metrics.dispatched(d.now().Sub(w.Due))
 				}
 			}
 		}
@@ -317,7 +317,7 @@ func (d *Daemon) lastUnwritten() {
 // while Run runs, else at once. The queue id, the agent's pid and the
 // retry journal's record are the loop's, taken here.
 func (d *Daemon) logOutcome(o core.Outcome) {
-	d.ops.metrics.outcome(o.Status)
+	d.operator.metrics.outcome(o.Status)
 	pid := d.agentPid(o.Agent)
 	qid := d.qid(o.Path)
 	d.retry.deferred(qid, o) // retry.go: kept across a restart

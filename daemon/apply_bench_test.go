@@ -27,7 +27,7 @@ func outcomeDaemon(tb testing.TB, buf *bytes.Buffer) *Daemon {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	d.ops.metrics = m
+	d.operator.metrics = m
 	return d
 }
 

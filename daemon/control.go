@@ -17,18 +17,21 @@ import (
 	"zsched/mailq"
 )
 
-// ops is the daemon's operator side: the control server, the calls other
-// goroutines (metrics scrapes) run inside the loop, reload requests, and
-// metrics. Everything here that touches the core runs on the loop.
-type ops struct {
-	ctl     *control.Server
-	calls   chan func()
-	reload  chan struct{}
-	loaded  chan loaded // a reload's file, read and checked beside the loop (reload.go)
-	reloads reloads
-	hurry   chan struct{} // a second TERM: shutdown kills the agents now
-	metrics *metrics
-	started time.Time
+// operator is how the outside reaches the loop, the agents and the spool
+// aside: the control server and its verbs' handlers, the calls other
+// goroutines (metrics scrapes) run inside the loop, reload requests, the
+// second TERM, and metrics. Everything here that touches the core runs on
+// the loop.
+type operator struct {
+	ctl      *control.Server
+	handlers map[string]controlHandler // by verb: control.Verbs, carried out
+	calls    chan func()
+	reload   chan struct{}
+	loaded   chan loaded // a reload's file, read and checked beside the loop (reload.go)
+	reloads  reloads
+	hurry    chan struct{} // a second TERM: shutdown kills the agents now
+	metrics  *metrics
+	started  time.Time
 	// Control commands: how long each waited for the loop (from the
 	// server reading its line) and how long the loop spent on it.
 	ctlWait, ctlRun core.Latency
@@ -39,14 +42,15 @@ type ops struct {
 // and WHY.
 const slowControl = 100 * time.Millisecond
 
-// startOps opens the control socket (and its optional TCP listener) and the
+// startOperator opens the control socket (and its optional TCP listener) and the
 // metrics listener.
-func (d *Daemon) startOps() error {
-	d.ops.calls = make(chan func())
-	d.ops.reload = make(chan struct{}, 1)
-	d.ops.loaded = make(chan loaded, 1) // one read at a time: its sender never waits
-	d.ops.hurry = make(chan struct{}, 1)
-	d.ops.started = d.now()
+func (d *Daemon) startOperator() error {
+	d.operator.handlers = controlHandlers()
+	d.operator.calls = make(chan func())
+	d.operator.reload = make(chan struct{}, 1)
+	d.operator.loaded = make(chan loaded, 1) // one read at a time: its sender never waits
+	d.operator.hurry = make(chan struct{}, 1)
+	d.operator.started = d.now()
 	s := d.cfg.Scheduler
 	if s.ControlSocket != "" || s.ControlListen != "" {
 		ctl, err := control.Listen(control.Options{
@@ -59,52 +63,52 @@ func (d *Daemon) startOps() error {
 		if err != nil {
 			return fmt.Errorf("daemon: %w", err)
 		}
-		d.ops.ctl = ctl
+		d.operator.ctl = ctl
 	}
 	m, err := d.startMetrics()
 	if err != nil {
-		d.stopOps()
+		d.stopOperator()
 		return err
 	}
-	d.ops.metrics = m
+	d.operator.metrics = m
 	return nil
 }
 
 // stopControl closes the control server: waiting clients are told the
 // scheduler is shutting down.
 func (d *Daemon) stopControl() {
-	if d.ops.ctl != nil {
-		d.ops.ctl.Close()
+	if d.operator.ctl != nil {
+		d.operator.ctl.Close()
 	}
 }
 
-func (d *Daemon) stopOps() {
+func (d *Daemon) stopOperator() {
 	d.stopControl()
-	d.ops.metrics.close()
+	d.operator.metrics.close()
 }
 
 // requests is the control server's request channel; nil (never ready)
 // without one.
 func (d *Daemon) requests() <-chan *control.Request {
-	if d.ops.ctl == nil {
+	if d.operator.ctl == nil {
 		return nil
 	}
-	return d.ops.ctl.Requests()
+	return d.operator.ctl.Requests()
 }
 
 // ControlTCPAddr returns the TCP control listener's address, or nil.
 func (d *Daemon) ControlTCPAddr() string {
-	if d.ops.ctl == nil || d.ops.ctl.TCPAddr() == nil {
+	if d.operator.ctl == nil || d.operator.ctl.TCPAddr() == nil {
 		return ""
 	}
-	return d.ops.ctl.TCPAddr().String()
+	return d.operator.ctl.TCPAddr().String()
 }
 
 // Reload asks the loop to re-read the configuration file (SIGHUP). It never
 // blocks; reloads asked for while one is pending are one reload.
 func (d *Daemon) Reload() {
 	select {
-	case d.ops.reload <- struct{}{}:
+	case d.operator.reload <- struct{}{}:
 	default:
 	}
 }
@@ -114,7 +118,7 @@ func (d *Daemon) Reload() {
 // never blocks.
 func (d *Daemon) Hurry() {
 	select {
-	case d.ops.hurry <- struct{}{}:
+	case d.operator.hurry <- struct{}{}:
 	default:
 	}
 }
@@ -133,7 +137,7 @@ func (d *Daemon) inLoop(f func(), timeout time.Duration) bool {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
-	case d.ops.calls <- func() { f(); close(done) }:
+	case d.operator.calls <- func() { f(); close(done) }:
 	case <-t.C:
 		return false
 	}
@@ -151,140 +155,170 @@ func (d *Daemon) inLoop(f func(), timeout time.Duration) bool {
 func (d *Daemon) control(req *control.Request) {
 	start := time.Now()
 	var rep control.Reply
-	if req.Verb == "SHOW THREAD" {
-		// The error addresses are in the control files: read beside the
-		// loop, which answers for the rest.
-		st, ok := d.showThread(d.now(), req.Args[0], req.Args[1])
-		if !ok {
-			rep = control.Fail("no thread " + req.Args[0] + "/" + req.Args[1] + " in core")
-			req.Respond(rep)
-		} else {
-			go func() { asHelper(); req.Respond(control.Listing(st.finish(d.spool.TransportDir()))) }()
-		}
+	if h := d.operator.handlers[req.Verb]; h != nil {
+		rep = h(d, d.now(), req)
 	} else {
-		rep = d.command(d.now(), req)
-		d.apply()
-		if rep.OK || rep.Text != "" || rep.Multi {
-			req.Respond(rep)
-		} // else answered by a goroutine of its own (queue.go)
+		rep = control.Fail("MAILQ2 Unknown command: " + req.Verb)
 	}
+	d.apply()
+	if rep.OK || rep.Text != "" || rep.Multi {
+		req.Respond(rep)
+	} // else answered later by the handler (beside the loop, or once a reload is applied)
 	ran := time.Since(start)
 	var waited time.Duration
 	if !req.Received.IsZero() {
 		waited = max(start.Sub(req.Received), 0)
 	}
-	d.ops.ctlWait.Observe(waited)
-	d.ops.ctlRun.Observe(ran)
+	d.operator.ctlWait.Observe(waited)
+	d.operator.ctlRun.Observe(ran)
 	if waited+ran >= slowControl {
 		d.log.Warn("slow control command", "verb", req.Verb, "waited", waited.String(), "ran", ran.String(),
 			"lines", len(rep.Lines))
 	}
 }
 
-func (d *Daemon) command(now time.Time, req *control.Request) control.Reply {
-	arg := func(i int) string {
-		if i < len(req.Args) {
-			return req.Args[i]
-		}
-		return ""
+// controlHandler carries out one verb on the loop. It returns the reply,
+// or the zero Reply when it answers the request itself later: beside the
+// loop (what reads files), or once a reload is applied.
+type controlHandler func(d *Daemon, now time.Time, req *control.Request) control.Reply
+
+// controlHandlers are the handlers of every verb in control.Verbs
+// (TestEveryVerbIsHandled).
+func controlHandlers() map[string]controlHandler {
+	listing := func(f func(d *Daemon, now time.Time) []string) controlHandler {
+		return func(d *Daemon, now time.Time, _ *control.Request) control.Reply { return control.Listing(f(d, now)) }
 	}
-	switch req.Verb {
-	case "SHOW QUEUE THREADS":
-		return control.Listing(d.threadReport(now, false))
-	case "SHOW QUEUE SHORT":
-		return control.Listing(d.threadReport(now, true))
-	case "SHOW QUEUE THREADS2":
-		return control.Listing(mailq.Threads2(now, d.core.Rings(now), d.agents()))
-	case "SHOW QUEUE JSON":
-		b, err := json.Marshal(d.Queue(now))
-		if err != nil {
-			return control.Fail(err.Error())
+	bulk := func(v opVerb) controlHandler {
+		return func(d *Daemon, _ time.Time, req *control.Request) control.Reply {
+			return d.bulk(v, req.Args, peerArgs(req.Peer))
 		}
-		return control.Listing([]string{string(b)})
-	case "SHOW COUNTERS":
-		return control.Listing(d.counters(now))
-	case "SHOW SNMP":
-		return control.Listing(d.globalLines(now, true))
-	case "SHOW QSHAPE":
-		top := 20
-		if a := arg(0); a != "" {
-			n, err := strconv.Atoi(a)
-			if err != nil || n < 1 {
-				return control.Fail("SHOW QSHAPE: want a number of hosts, not " + strconv.Quote(a))
-			}
-			top = n
-		}
-		return control.Listing(d.qshape(now, top))
-	case "ETRN":
-		if _, err := core.ParseDest(arg(0)); err != nil || strings.Contains(arg(0), "/") {
-			return control.Fail(fmt.Sprintf("ETRN %s: want a host, @domain or a host glob", arg(0)))
-		}
-		n := d.core.ETRN(now, strings.Join(req.Args, " "))
-		d.log.Info("etrn", append([]any{"name", arg(0), "started", n}, peerArgs(req.Peer)...)...)
-		if n > 0 {
-			return control.OK("OK; an ETRN started something.")
-		}
-		// MAILQ v2's words: its clients compare them. `scheduler etrn`
-		// exits 1 on this one.
-		return control.OK("OK; an ETRN didn't start anything.")
-	case "KILL MSG":
-		d.single(req, opKill, arg(0)) // queue.go: in core or on disk
-		return control.Reply{}
-	case "FLUSH":
-		n, err := d.core.Flush(now, arg(0))
-		if err != nil {
-			return control.Fail(err.Error())
-		}
-		d.log.Info("flush", append([]any{"select", arg(0), "threads", n}, peerArgs(req.Peer)...)...)
-		if n == 0 {
-			if arg(0) == "" {
-				return control.Fail("no thread in core to flush")
-			}
-			return control.Fail("no thread in core matches " + strconv.Quote(arg(0)))
-		}
-		return control.OK(fmt.Sprintf("flushed %d threads", n))
-	case "HOLD THREAD", "RELEASE THREAD":
-		p, err := core.ParseDest(arg(0))
-		if err != nil || !strings.Contains(arg(0), "/") {
-			return control.Fail("want channel/host (globs allowed), not " + strconv.Quote(arg(0)))
-		}
-		if req.Verb == "HOLD THREAD" {
-			return d.holdDest(now, p, peerArgs(req.Peer))
-		}
-		return d.releaseDest(now, p, peerArgs(req.Peer))
-	case "HOLD MSG":
-		d.single(req, opHold, arg(0))
-		return control.Reply{}
-	case "RELEASE MSG":
-		d.single(req, opRelease, arg(0))
-		return control.Reply{}
-	case "WHY":
-		lines, err := d.why(now, arg(0))
-		if errors.Is(err, core.ErrNoMessage) {
-			d.whyOnDisk(req, arg(0)) // queue.go: answered off the loop
+	}
+	single := func(v opVerb) controlHandler {
+		return func(d *Daemon, _ time.Time, req *control.Request) control.Reply {
+			d.single(req, v, arg(req, 0)) // queue.go: in core or on disk
 			return control.Reply{}
 		}
-		if err != nil {
-			return control.Fail(err.Error())
-		}
-		return control.Listing(lines)
-	case "SHOW QUEUE MESSAGES":
-		return d.listQueue(req.Args)
-	case "SHOW MSG":
-		return d.cat(req.Args)
-	case "KILL MSGS":
-		return d.bulk(opKill, req.Args, peerArgs(req.Peer))
-	case "HOLD MSGS":
-		return d.bulk(opHold, req.Args, peerArgs(req.Peer))
-	case "RELEASE MSGS":
-		return d.bulk(opRelease, req.Args, peerArgs(req.Peer))
-	case "FLUSH MSGS":
-		return d.bulk(opFlush, req.Args, peerArgs(req.Peer))
-	case "RELOAD":
-		d.askReload(reloadAsk{by: peerArgs(req.Peer), req: req})
-		return control.Reply{} // answered once the file is read and applied (reload.go)
 	}
-	return control.Fail("MAILQ2 Unknown command: " + req.Verb)
+	return map[string]controlHandler{
+		control.VerbShowThreads:  listing(func(d *Daemon, now time.Time) []string { return d.threadReport(now, false) }),
+		control.VerbShowShort:    listing(func(d *Daemon, now time.Time) []string { return d.threadReport(now, true) }),
+		control.VerbShowThreads2: listing(func(d *Daemon, now time.Time) []string { return mailq.Threads2(now, d.core.Rings(now), d.agents()) }),
+		control.VerbShowJSON: func(d *Daemon, now time.Time, _ *control.Request) control.Reply {
+			b, err := json.Marshal(d.Queue(now))
+			if err != nil {
+				return control.Fail(err.Error())
+			}
+			return control.Listing([]string{string(b)})
+		},
+		control.VerbShowCounters:  listing((*Daemon).counters),
+		control.VerbShowSNMP:      listing(func(d *Daemon, now time.Time) []string { return d.globalLines(now, true) }),
+		control.VerbShowQshape:    (*Daemon).ctlQshape,
+		control.VerbShowThread:    (*Daemon).ctlShowThread,
+		control.VerbETRN:          (*Daemon).ctlETRN,
+		control.VerbKillMsg:       single(opKill),
+		control.VerbFlush:         (*Daemon).ctlFlush,
+		control.VerbHoldThread:    (*Daemon).ctlHoldThread,
+		control.VerbReleaseThread: (*Daemon).ctlHoldThread,
+		control.VerbHoldMsg:       single(opHold),
+		control.VerbReleaseMsg:    single(opRelease),
+		control.VerbWhy:           (*Daemon).ctlWhy,
+		control.VerbShowMessages:  func(d *Daemon, _ time.Time, req *control.Request) control.Reply { return d.listQueue(req.Args) },
+		control.VerbShowMsg:       func(d *Daemon, _ time.Time, req *control.Request) control.Reply { return d.cat(req.Args) },
+		control.VerbKillMsgs:      bulk(opKill),
+		control.VerbHoldMsgs:      bulk(opHold),
+		control.VerbReleaseMsgs:   bulk(opRelease),
+		control.VerbFlushMsgs:     bulk(opFlush),
+		control.VerbReload: func(d *Daemon, _ time.Time, req *control.Request) control.Reply {
+			d.askReload(reloadAsk{by: peerArgs(req.Peer), req: req})
+			return control.Reply{} // answered once the file is read and applied (reload.go)
+		},
+	}
+}
+
+// arg is the request's argument i, or "" (the verb's arity allows fewer).
+func arg(req *control.Request, i int) string {
+	if i < len(req.Args) {
+		return req.Args[i]
+	}
+	return ""
+}
+
+func (d *Daemon) ctlQshape(now time.Time, req *control.Request) control.Reply {
+	top := 20
+	if a := arg(req, 0); a != "" {
+		n, err := strconv.Atoi(a)
+		if err != nil || n < 1 {
+			return control.Fail(control.VerbShowQshape + ": want a number of hosts, not " + strconv.Quote(a))
+		}
+		top = n
+	}
+	return control.Listing(d.qshape(now, top))
+}
+
+// ctlShowThread answers SHOW THREAD beside the loop: the error addresses
+// are in the control files, read there; the loop answers for the rest.
+func (d *Daemon) ctlShowThread(now time.Time, req *control.Request) control.Reply {
+	st, ok := d.showThread(now, req.Args[0], req.Args[1])
+	if !ok {
+		return control.Fail("no thread " + req.Args[0] + "/" + req.Args[1] + " in core")
+	}
+	go func() { asHelper(); req.Respond(control.Listing(st.finish(d.spool.TransportDir()))) }()
+	return control.Reply{}
+}
+
+func (d *Daemon) ctlETRN(now time.Time, req *control.Request) control.Reply {
+	name := arg(req, 0)
+	if _, err := core.ParseDest(name); err != nil || strings.Contains(name, "/") {
+		return control.Fail(control.VerbETRN + " " + name + ": want a host, @domain or a host glob")
+	}
+	n := d.core.ETRN(now, strings.Join(req.Args, " "))
+	d.log.Info("etrn", append([]any{"name", name, "started", n}, peerArgs(req.Peer)...)...)
+	if n > 0 {
+		return control.OK("OK; an ETRN started something.")
+	}
+	// MAILQ v2's words: its clients compare them. `scheduler etrn`
+	// exits 1 on this one.
+	return control.OK("OK; an ETRN didn't start anything.")
+}
+
+func (d *Daemon) ctlFlush(now time.Time, req *control.Request) control.Reply {
+	sel := arg(req, 0)
+	n, err := d.core.Flush(now, sel)
+	if err != nil {
+		return control.Fail(err.Error())
+	}
+	d.log.Info("flush", append([]any{"select", sel, "threads", n}, peerArgs(req.Peer)...)...)
+	if n == 0 {
+		if sel == "" {
+			return control.Fail("no thread in core to flush")
+		}
+		return control.Fail("no thread in core matches " + strconv.Quote(sel))
+	}
+	return control.OK(fmt.Sprintf("flushed %d threads", n))
+}
+
+// ctlHoldThread is HOLD THREAD and RELEASE THREAD.
+func (d *Daemon) ctlHoldThread(now time.Time, req *control.Request) control.Reply {
+	p, err := core.ParseDest(arg(req, 0))
+	if err != nil || !strings.Contains(arg(req, 0), "/") {
+		return control.Fail("want channel/host (globs allowed), not " + strconv.Quote(arg(req, 0)))
+	}
+	if req.Verb == control.VerbHoldThread {
+		return d.holdDest(now, p, peerArgs(req.Peer))
+	}
+	return d.releaseDest(now, p, peerArgs(req.Peer))
+}
+
+func (d *Daemon) ctlWhy(now time.Time, req *control.Request) control.Reply {
+	lines, err := d.why(now, arg(req, 0))
+	if errors.Is(err, core.ErrNoMessage) {
+		d.whyOnDisk(req, arg(req, 0)) // queue.go: answered off the loop
+		return control.Reply{}
+	}
+	if err != nil {
+		return control.Fail(err.Error())
+	}
+	return control.Listing(lines)
 }
 
 // peerArgs are the log keys naming who sent a command.
@@ -321,7 +355,7 @@ func (d *Daemon) threadReport(now time.Time, short bool) []string {
 // the cluster's.
 func (d *Daemon) globalLines(now time.Time, snmp bool) []string {
 	lines := mailq.Global(mailq.Summary{Agents: d.core.Agents(), Gauges: d.core.Gauges(now, 0),
-		Counters: d.core.Counters(), Uptime: now.Sub(d.ops.started)}, snmp)
+		Counters: d.core.Counters(), Uptime: now.Sub(d.operator.started)}, snmp)
 	if st, ok := d.ClusterStatus(); ok && !snmp {
 		// "cluster: shared (node mx1, 3 nodes)", "cluster: fallback since …"
 		lines = append(lines, st.String())
@@ -431,12 +465,12 @@ func (d *Daemon) counters(now time.Time) []string {
 		fmt.Sprintf("dispatched %d", l.Count()),
 		fmt.Sprintf("dispatch_latency_p50 %s", l.Quantile(0.5)),
 		fmt.Sprintf("dispatch_latency_p99 %s", l.Quantile(0.99)),
-		fmt.Sprintf("uptime %s", age(now.Sub(d.ops.started))),
-		fmt.Sprintf("control_commands %d", d.ops.ctlRun.Count()),
-		fmt.Sprintf("control_wait_p50 %s", d.ops.ctlWait.Quantile(0.5)),
-		fmt.Sprintf("control_wait_p99 %s", d.ops.ctlWait.Quantile(0.99)),
-		fmt.Sprintf("control_run_p50 %s", d.ops.ctlRun.Quantile(0.5)),
-		fmt.Sprintf("control_run_p99 %s", d.ops.ctlRun.Quantile(0.99)),
+		fmt.Sprintf("uptime %s", age(now.Sub(d.operator.started))),
+		fmt.Sprintf("control_commands %d", d.operator.ctlRun.Count()),
+		fmt.Sprintf("control_wait_p50 %s", d.operator.ctlWait.Quantile(0.5)),
+		fmt.Sprintf("control_wait_p99 %s", d.operator.ctlWait.Quantile(0.99)),
+		fmt.Sprintf("control_run_p50 %s", d.operator.ctlRun.Quantile(0.5)),
+		fmt.Sprintf("control_run_p99 %s", d.operator.ctlRun.Quantile(0.99)),
 	}
 	for _, st := range core.ThreadStates() {
 		out = append(out, fmt.Sprintf("threads_%s %d", st, g.Threads[st]))
@@ -593,7 +627,7 @@ func timePtr(t time.Time) *time.Time {
 // Queue returns the scheduler's state as SHOW QUEUE JSON gives it. Call it
 // only on the loop.
 func (d *Daemon) Queue(now time.Time) Queue {
-	q := Queue{Time: now.UTC(), Uptime: age(now.Sub(d.ops.started)), Counters: d.core.Counters(),
+	q := Queue{Time: now.UTC(), Uptime: age(now.Sub(d.operator.started)), Counters: d.core.Counters(),
 		Rings: []QueueRing{}, Agents: []QueueAgent{}}
 	for _, r := range d.core.Rings(now) {
 		qr := QueueRing{Select: r.Select, Channel: r.Channel, Host: r.Host, HostBound: r.HostBound,

@@ -690,3 +690,22 @@ func testSecondScheduler(t *testing.T, agents map[string]string) {
 	}
 	e.ok("SHOW COUNTERS")
 }
+
+// Every verb the control server accepts has a handler on the loop, and
+// every handler is for a verb the server accepts: a verb added to
+// control.Verbs without one would reach the loop and be refused there.
+func TestEveryVerbIsHandled(t *testing.T) {
+	h := controlHandlers()
+	verbs := map[string]bool{}
+	for _, v := range control.Verbs {
+		verbs[v.Name] = true
+		if h[v.Name] == nil {
+			t.Errorf("%s: no handler", v.Name)
+		}
+	}
+	for name := range h {
+		if !verbs[name] {
+			t.Errorf("handler for %q, which control.Verbs does not list", name)
+		}
+	}
+}

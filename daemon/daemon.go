@@ -109,7 +109,7 @@ type Daemon struct {
 	stopped  bool
 	clock    loopClock // the loop's own CPU time, with Options.LoopThread
 
-	ops ops // control socket, reload, metrics (control.go, metrics.go)
+	operator operator // control socket and its handlers, reload, metrics (control.go, metrics.go)
 
 	state stateFile // learned destination state (state.go)
 
@@ -158,18 +158,18 @@ func New(cfg *config.Config, log hclog.Logger, opt Options) (*Daemon, error) {
 	}
 	// First, so that a second scheduler on the postoffice stops here,
 	// before it touches the running one's pid file and notify socket.
-	if err := d.startOps(); err != nil {
+	if err := d.startOperator(); err != nil {
 		d.stopCluster()
 		return nil, err
 	}
 	d.pidfile = filepath.Join(cfg.Scheduler.Postoffice, ".pid.scheduler")
 	if err := os.WriteFile(d.pidfile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
-		d.stopOps()
+		d.stopOperator()
 		d.stopCluster()
 		return nil, fmt.Errorf("daemon: pid file: %w", err)
 	}
 	if err := d.listenNotify(); err != nil {
-		d.stopOps()
+		d.stopOperator()
 		d.stopCluster()
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func New(cfg *config.Config, log hclog.Logger, opt Options) (*Daemon, error) {
 	d.loadJournal()
 	if err := d.openStateLog(); err != nil {
 		d.retry.close()
-		d.stopOps()
+		d.stopOperator()
 		return nil, err
 	}
 	return d, nil
@@ -331,13 +331,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case req := <-d.requests():
 			d.clock.woke()
 			d.control(req)
-		case f := <-d.ops.calls:
+		case f := <-d.operator.calls:
 			d.clock.woke()
 			f()
-		case <-d.ops.reload:
+		case <-d.operator.reload:
 			d.clock.woke()
 			d.askReload(reloadAsk{by: []any{"by", "SIGHUP"}}) // reload.go
-		case l := <-d.ops.loaded:
+		case l := <-d.operator.loaded:
 			d.clock.woke()
 			d.reloaded(l) // logs the outcome either way
 		case <-timer.C:
@@ -368,7 +368,7 @@ func (d *Daemon) serveWaiting() {
 
 func (d *Daemon) close() {
 	d.stopCluster()
-	d.stopOps()
+	d.stopOperator()
 	d.commitHolds()
 	d.retry.close()
 	d.statelog.close()
@@ -400,7 +400,7 @@ func (d *Daemon) shutdown() error {
 	deadline := time.NewTimer(max(d.cfg.Scheduler.ShutdownTimeout.D(), time.Second))
 	defer deadline.Stop()
 	killed := false
-	hurry := d.ops.hurry
+	hurry := d.operator.hurry
 	for len(d.procs) > 0 {
 		select {
 		case <-hurry:

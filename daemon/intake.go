@@ -679,7 +679,7 @@ func (d *Daemon) readFailed(now time.Time, rel string, err error) {
 // is read again at once, breaking those locks; otherwise later
 // (admission.LockRetryAt).
 func (d *Daemon) locked(now time.Time, rel string, le *ctlfile.LockError) {
-	v := admission.JudgeLocks(now, d.ops.started, locksOf(le), d.ownsPID(), d.lockLimits)
+	v := admission.JudgeLocks(now, d.operator.started, locksOf(le), d.ownsPID(), d.lockLimits)
 	if v.Stale {
 		for _, l := range le.Locks {
 			d.log.Warn("lock held by a live process that is not one of our agents judged stale; resetting it",

@@ -197,10 +197,10 @@ func (c *capConn) Close() error {
 
 // MetricsAddr returns the metrics listener's address, or "".
 func (d *Daemon) MetricsAddr() string {
-	if d.ops.metrics == nil || d.ops.metrics.addr == nil {
+	if d.operator.metrics == nil || d.operator.metrics.addr == nil {
 		return ""
 	}
-	return d.ops.metrics.addr.String()
+	return d.operator.metrics.addr.String()
 }
 
 func (m *metrics) close() {

@@ -8,7 +8,7 @@ func (d *Daemon) observed(os []core.Observation) {
 	log := d.coreLog
 	for i := range os {
 		o := &os[i]
-		d.ops.metrics.observation(o.Kind)
+		d.operator.metrics.observation(o.Kind)
 		switch o.Kind {
 		case core.ObservedFeedback:
 			f := &o.Feedback

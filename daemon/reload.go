@@ -40,7 +40,7 @@ type reloadAsk struct {
 
 // reloads is the reload under way; only Run's goroutine touches it.
 type reloads struct {
-	reading bool        // a read is under way: its result comes on ops.loaded
+	reading bool        // a read is under way: its result comes on operator.loaded
 	asks    []reloadAsk // what the read under way answers
 	next    []reloadAsk // asked while reading: the next read answers them
 }
@@ -60,7 +60,7 @@ func readConfig(file string) loaded {
 // askReload starts a reload for a, or has the next one answer it when a
 // read is under way. On the loop.
 func (d *Daemon) askReload(a reloadAsk) {
-	r := &d.ops.reloads
+	r := &d.operator.reloads
 	if r.reading {
 		r.next = append(r.next, a)
 		return
@@ -70,14 +70,14 @@ func (d *Daemon) askReload(a reloadAsk) {
 	file := d.cfg.File
 	go func() {
 		asHelper()
-		d.ops.loaded <- readConfig(file)
+		d.operator.loaded <- readConfig(file)
 	}()
 }
 
 // reloaded applies a read configuration, answers those who asked for it,
 // and starts the read the asks made meanwhile want. On the loop.
 func (d *Daemon) reloaded(l loaded) {
-	r := &d.ops.reloads
+	r := &d.operator.reloads
 	asks := r.asks
 	r.reading, r.asks = false, nil
 	err := d.applyReload(l, asks[0].by...)

@@ -56,7 +56,7 @@ func TestReloadReadsBesideTheLoop(t *testing.T) {
 		for {
 			var r bool
 			var n int
-			onLoop(what, func() { r, n = d.ops.reloads.reading, len(d.ops.reloads.next) })
+			onLoop(what, func() { r, n = d.operator.reloads.reading, len(d.operator.reloads.next) })
 			if r == reading && n == next {
 				return
 			}
