@@ -66,7 +66,7 @@ type command struct {
 	operator bool
 }
 
-// commands in the order usage lists them; ops.go adds the operator commands.
+// commands in the order usage lists them; operator.go adds the operator commands.
 func commands() []command {
 	cmds := []command{
 		{"run", "run the scheduler in the foreground (-drain: exit when the queue is empty)", cmdRun, false},
@@ -88,10 +88,10 @@ func commands() []command {
 		{"version", "print the version, commit and Go version", cmdVersion, false},
 		{"help", "print the usage of every command, or of one", nil, false},
 	}
-	for _, name := range opsOrder {
-		cmds = append(cmds, command{name, opsCommands[name].summary,
+	for _, name := range operatorOrder {
+		cmds = append(cmds, command{name, operatorCommands[name].summary,
 			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-				return cmdOps(name, args, stdout, stderr)
+				return cmdOperator(name, args, stdout, stderr)
 			}, true})
 	}
 	return append(cmds, queueCommands()...) // queue.go: queue, cat, kill, hold, release, flush

@@ -58,7 +58,7 @@ func cmdQueue(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return usagef("queue: unexpected arguments %q", fs.Args())
 	}
-	words := []string{"SHOW QUEUE MESSAGES"}
+	words := []string{control.VerbShowMessages}
 	if *jsonOut {
 		words = append(words, "json")
 	}
@@ -94,7 +94,7 @@ func cmdCat(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 1 {
 		return usagef("cat: want one message id")
 	}
-	line := "SHOW MSG " + fs.Arg(0)
+	line := control.VerbShowMsg + " " + fs.Arg(0)
 	if *body {
 		line += " body"
 	}
@@ -176,7 +176,7 @@ func cmdBulk(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 		return err
 	}
 	defer c.Close()
-	verb := map[string]string{"kill": "KILL MSGS", "hold": "HOLD MSGS", "release": "RELEASE MSGS", "flush": "FLUSH MSGS"}[name]
+	verb := map[string]string{"kill": control.VerbKillMsgs, "hold": control.VerbHoldMsgs, "release": control.VerbReleaseMsgs, "flush": control.VerbFlushMsgs}[name]
 	var opts []string
 	if *dry {
 		opts = append(opts, "dry")
@@ -184,14 +184,15 @@ func cmdBulk(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 	var failed []error
 	// Destination patterns: hold, release and flush of destinations.
 	for _, p := range patterns {
-		line := map[string]string{"hold": "HOLD THREAD ", "release": "RELEASE THREAD ", "flush": "FLUSH "}[name] + p
+		destVerb := map[string]string{"hold": control.VerbHoldThread, "release": control.VerbReleaseThread, "flush": control.VerbFlush}[name]
+		line := destVerb + " " + p
 		if *dry {
 			fmt.Fprintf(stdout, "%s %s: would be %s (destination pattern; -n changes nothing)\n", name, p, name)
 			continue
 		}
 		if (name == "hold" || name == "release") && !strings.Contains(p, "/") {
 			p = "*/" + p // a bare host: every channel, as flush and etrn take it
-			line = map[string]string{"hold": "HOLD THREAD ", "release": "RELEASE THREAD "}[name] + p
+			line = destVerb + " " + p
 		}
 		rep, err := c.Do(line)
 		switch {
@@ -204,7 +205,7 @@ func cmdBulk(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 		}
 	}
 	if name == "flush" && len(ids) == 0 && len(patterns) == 0 && !selects {
-		rep, err := c.Do("FLUSH")
+		rep, err := c.Do(control.VerbFlush)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -226,7 +227,7 @@ func cmdBulk(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 		if all && name == "release" && !*dry {
 			// ALL ends the destination holds too; it failed only if
 			// nothing at all was held.
-			if rep, rerr := c.Do("RELEASE THREAD */*"); rerr == nil && rep.OK {
+			if rep, rerr := c.Do(control.VerbReleaseThread + " */*"); rerr == nil && rep.OK {
 				fmt.Fprintln(stdout, rep.Text)
 				if err != nil && strings.Contains(err.Error(), "nothing matched") {
 					err = nil

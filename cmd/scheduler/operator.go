@@ -13,9 +13,9 @@ import (
 // The operator commands: each is one command on the control socket of the
 // running scheduler.
 
-// opsSpec is an operator command: its arguments, its usage, and the
+// operatorCmd is an operator command: its arguments, its usage, and the
 // control line it sends.
-type opsSpec struct {
+type operatorCmd struct {
 	synopsis string
 	summary  string
 	args     [2]int // min, max arguments (-1: any)
@@ -27,18 +27,18 @@ type opsSpec struct {
 
 // The operator commands of queue.go (queue, cat, kill, hold, release,
 // flush) come after these: they take many messages and the whole spool.
-var opsOrder = []string{"mailq", "qshape", "why", "etrn", "reload"}
+var operatorOrder = []string{"mailq", "qshape", "why", "etrn", "reload"}
 
-var opsCommands = map[string]opsSpec{
+var operatorCommands = map[string]operatorCmd{
 	"mailq": {"[-Q|-QQ|-QQQ|-s|-counters|-json|-dest CHANNEL/HOST]",
 		"threads, agents and queue (ZMailer's thread report)", [2]int{0, 0},
-		func([]string) string { return "SHOW QUEUE THREADS" }, nil},
+		func([]string) string { return control.VerbShowThreads }, nil},
 	"qshape": {"[N]", "recipients by host and age in minutes (Postfix qshape), top N hosts", [2]int{0, 1},
-		func(a []string) string { return strings.TrimSpace("SHOW QSHAPE " + strings.Join(a, " ")) }, nil},
+		func(a []string) string { return strings.Join(append([]string{control.VerbShowQshape}, a...), " ") }, nil},
 	"why": {"ID", "why each recipient of a message waits (ID: queue id, or its control file's name)", [2]int{1, 1},
-		func(a []string) string { return "WHY " + a[0] }, nil},
+		func(a []string) string { return control.VerbWhy + " " + a[0] }, nil},
 	"etrn": {"HOST|@DOMAIN", "start the queueonly threads of a host (@: the domain and its subdomains)", [2]int{1, 1},
-		func(a []string) string { return "ETRN " + a[0] },
+		func(a []string) string { return control.VerbETRN + " " + a[0] },
 		func(a []string, rep control.Reply) (string, bool) {
 			if strings.Contains(rep.Text, "didn't start anything") {
 				return fmt.Sprintf("nothing started for %s: no thread of it is waiting (not queued, held, or already running)", a[0]), true
@@ -46,12 +46,12 @@ var opsCommands = map[string]opsSpec{
 			return "", false
 		}},
 	"reload": {"", "re-read the configuration (as SIGHUP); fails when it is refused", [2]int{0, 0},
-		func([]string) string { return "RELOAD" }, nil},
+		func([]string) string { return control.VerbReload }, nil},
 }
 
-// cmdOps runs one operator command against the running scheduler.
-func cmdOps(name string, args []string, stdout, stderr io.Writer) error {
-	spec := opsCommands[name]
+// cmdOperator runs one operator command against the running scheduler.
+func cmdOperator(name string, args []string, stdout, stderr io.Writer) error {
+	spec := operatorCommands[name]
 	fs, path := newFlags(name, strings.TrimSpace("[-config FILE] [-socket PATH] "+spec.synopsis), stderr)
 	socket := fs.String("socket", "", "control socket `path` (default: control_socket of the configuration)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the scheduler")
@@ -59,13 +59,13 @@ func cmdOps(name string, args []string, stdout, stderr io.Writer) error {
 	if name == "mailq" {
 		// MAILQ v2's levels, as ZMailer's mailq -Q…-QQQQ, and zsched's views.
 		views := []struct{ flag, line, usage string }{
-			{"Q", "SHOW QUEUE THREADS", "the thread report (the default; ZMailer's mailq -Q)"},
-			{"QQ", "SHOW QUEUE SHORT", "ring headers and summaries only (ZMailer's -QQ)"},
-			{"QQQ", "SHOW SNMP", "the two global summary lines, uptime in seconds (ZMailer's -QQQ)"},
-			{"s", "SHOW SNMP", "a summary of the queue: the global lines (as -QQQ)"},
-			{"QQQQ", "SHOW COUNTERS", "running totals and gauges (ZMailer's -QQQQ; as -counters)"},
-			{"counters", "SHOW COUNTERS", "running totals and gauges"},
-			{"json", "SHOW QUEUE JSON", "rings, threads and agents as one JSON document"},
+			{"Q", control.VerbShowThreads, "the thread report (the default; ZMailer's mailq -Q)"},
+			{"QQ", control.VerbShowShort, "ring headers and summaries only (ZMailer's -QQ)"},
+			{"QQQ", control.VerbShowSNMP, "the two global summary lines, uptime in seconds (ZMailer's -QQQ)"},
+			{"s", control.VerbShowSNMP, "a summary of the queue: the global lines (as -QQQ)"},
+			{"QQQQ", control.VerbShowCounters, "running totals and gauges (ZMailer's -QQQQ; as -counters)"},
+			{"counters", control.VerbShowCounters, "running totals and gauges"},
+			{"json", control.VerbShowJSON, "rings, threads and agents as one JSON document"},
 		}
 		set := make([]*bool, len(views))
 		for i, v := range views {
@@ -88,7 +88,7 @@ func cmdOps(name string, args []string, stdout, stderr io.Writer) error {
 			if !ok || ch == "" || host == "" || strings.ContainsAny(*dest, " \t") {
 				return usagef("mailq: -dest %q: want channel/host", *dest)
 			}
-			line = "SHOW THREAD " + ch + " " + host
+			line = control.VerbShowThread + " " + ch + " " + host
 		}
 		if n > 1 {
 			return usagef("mailq: give one view at most")
