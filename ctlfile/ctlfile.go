@@ -140,8 +140,8 @@ type Sender struct {
 	ErrorAddr string
 }
 
-// Turn is a 'T domain ip' line (an ETRN request, or a turnme header).
-type Turn struct{ Domain, IP string }
+// ETRN is a 'T domain ip' line: an ETRN request, or a turnme header.
+type ETRN struct{ Domain, IP string }
 
 // Rcpt is one r line.
 type Rcpt struct {
@@ -181,7 +181,7 @@ type File struct {
 	LogIdent   string // 'l'
 	ErrorAddr  string // the first 'e' line ("" = <>, also when there is none)
 	Senders    []Sender
-	Turn       []Turn
+	ETRNs      []ETRN   // 'T'
 	Obsoletes  []string // 'x'
 	RET        string   // 'R'
 	ENVID      string   // 'n'

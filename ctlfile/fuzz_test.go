@@ -44,7 +44,7 @@ func checkParsed(t *testing.T, f *File, data []byte) {
 	lineAt := func(off int64, tag byte) bool {
 		return off >= 0 && off < f.Size && data[off] == tag && (off == 0 || data[off-1] == '\n')
 	}
-	if f.ID == "" && (len(f.Rcpts) > 0 || len(f.Turn) == 0) {
+	if f.ID == "" && (len(f.Rcpts) > 0 || len(f.ETRNs) == 0) {
 		t.Fatal("accepted a file with recipients and no ID")
 	}
 	prev := int64(-1)

@@ -11,7 +11,7 @@ import (
 // line gives a *SyntaxError naming it; unknown '@' bits give an error
 // wrapping ErrUnknownFormat; a file with recipients (or with nothing at all)
 // but no i line gives ErrNoID; a message without an l line gives
-// ErrNoLogIdent. A T-only file (an ETRN request) parses with Turn set and no
+// ErrNoLogIdent. A T-only file (an ETRN request) parses with ETRNs set and no
 // ID.
 //
 // Unknown tag letters are skipped, as ZMailer's readers do, so a newer
@@ -35,7 +35,7 @@ func Parse(name string, data []byte) (*File, error) {
 		return nil, err
 	}
 	f := p.f
-	if f.ID == "" && (len(f.Rcpts) > 0 || len(f.Turn) == 0) {
+	if f.ID == "" && (len(f.Rcpts) > 0 || len(f.ETRNs) == 0) {
 		return nil, fmt.Errorf("%w (file %s)", ErrNoID, name)
 	}
 	if f.ID != "" && !p.sawL {
@@ -140,7 +140,7 @@ func (p *parser) run() error {
 		case 'd':
 			err = p.diag(line)
 		case 'T':
-			err = p.turn(line)
+			err = p.etrn(line)
 		case 'x', 'R', 'n', 'v':
 			var v []byte
 			if v, err = p.value(line); err == nil {
@@ -558,7 +558,7 @@ func (p *parser) diag(line []byte) error {
 	return nil
 }
 
-func (p *parser) turn(line []byte) error {
+func (p *parser) etrn(line []byte) error {
 	v, err := p.value(line)
 	if err != nil {
 		return err
@@ -567,13 +567,13 @@ func (p *parser) turn(line []byte) error {
 	if len(v) == 0 {
 		return p.errf("T line: no domain")
 	}
-	t := Turn{}
+	t := ETRN{}
 	if sp := bytes.IndexByte(v, ' '); sp >= 0 {
 		t.Domain, t.IP = string(v[:sp]), string(trimBlanks(v[sp+1:]))
 	} else {
 		t.Domain = string(v)
 	}
-	p.f.Turn = append(p.f.Turn, t)
+	p.f.ETRNs = append(p.f.ETRNs, t)
 	return nil
 }
 

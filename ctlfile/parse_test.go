@@ -258,7 +258,7 @@ func TestParseForms(t *testing.T) {
 			}},
 		{"T-only ETRN file", "T example.com 192.0.2.1\n",
 			func(t *testing.T, f *File, text string) {
-				if f.ID != "" || len(f.Rcpts) != 0 || !reflect.DeepEqual(f.Turn, []Turn{{"example.com", "192.0.2.1"}}) {
+				if f.ID != "" || len(f.Rcpts) != 0 || !reflect.DeepEqual(f.ETRNs, []ETRN{{"example.com", "192.0.2.1"}}) {
 					t.Errorf("%+v", f)
 				}
 			}},

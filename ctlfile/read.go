@@ -77,7 +77,7 @@ func (e *LockError) Is(target error) bool { return target == ErrLiveLock }
 // Arrival, records both files' identities (File.Control, File.Body: what
 // Remove checks before it unlinks), and resets stale locks ('~' whose PID
 // is dead) in place, updating the returned statuses. A T-only file (ETRN
-// request) reads fine with Turn set and no recipients.
+// request) reads fine with ETRNs set and no recipients.
 //
 // It never blocks on what it finds at the name: the file is opened without
 // following a symbolic link and without waiting (O_NONBLOCK), and anything

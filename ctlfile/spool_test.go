@@ -164,7 +164,7 @@ func TestReadErrors(t *testing.T) {
 	}
 	writeFile(t, s.TransportDir(), "77-etrn", []byte("T example.com 192.0.2.7\n"))
 	f, err := s.Read("77-etrn")
-	if err != nil || f.Inum != 77 || len(f.Turn) != 1 || f.Turn[0].Domain != "example.com" {
+	if err != nil || f.Inum != 77 || len(f.ETRNs) != 1 || f.ETRNs[0].Domain != "example.com" {
 		t.Errorf("Read(T file) = %+v, %v", f, err)
 	}
 }

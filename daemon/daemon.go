@@ -475,9 +475,9 @@ func exitReason(ev agent.Event) string {
 	return ""
 }
 
-// turn handles a ZMailer ETRN request file ("T domain ip").
-func (d *Daemon) turn(rel string, f *ctlfile.File) {
-	for _, t := range f.Turn {
+// etrnFile carries out a ZMailer ETRN request file ("T domain ip").
+func (d *Daemon) etrnFile(rel string, f *ctlfile.File) {
+	for _, t := range f.ETRNs {
 		n := d.core.ETRN(d.now(), t.Domain)
 		d.log.Info("etrn request file", "msg", rel, "domain", t.Domain, "client", t.IP, "started", n)
 	}

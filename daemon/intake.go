@@ -518,7 +518,7 @@ func (d *Daemon) startFetch(batch []fetched) *fetchJob {
 				} else {
 					o.f, o.err = d.spool.Read(o.rel)
 				}
-				if o.err == nil && (len(o.f.Turn) == 0 || o.f.ID != "") {
+				if o.err == nil && (len(o.f.ETRNs) == 0 || o.f.ID != "") {
 					o.a = arrival(o.rel, o.f)
 					o.made = true
 				}
@@ -595,8 +595,8 @@ func (d *Daemon) admit(r fetched) {
 			return // killed by the operator while it was read
 		}
 	}
-	if len(f.Turn) > 0 && f.ID == "" {
-		d.turn(rel, f)
+	if len(f.ETRNs) > 0 && f.ID == "" {
+		d.etrnFile(rel, f)
 		return
 	}
 	a := r.a

@@ -489,7 +489,7 @@ func (d *Daemon) walk(fn func(batch []onDisk, entries []QueueMessage) error, bad
 			case err != nil:
 				bad(rel, err)
 				continue
-			case len(f.Turn) > 0 && f.ID == "":
+			case len(f.ETRNs) > 0 && f.ID == "":
 				continue // an ETRN request, not mail
 			}
 			batch = append(batch, onDisk{rel: rel, f: f, data: data, qid: f.QueueID()})
