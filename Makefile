@@ -40,5 +40,11 @@ install: build
 	install -D -m 0644 deploy/zsched.service $(DESTDIR)/etc/systemd/system/zsched.service
 	install -d -m 0755 $(DESTDIR)/etc/zsched
 
+# The drain benchmark (README, Speed and memory): bin/bench times bin/scheduler
+# with testagents/bin/sink; BENCH passes flags, e.g. BENCH="-messages 100000".
+bench: build
+	$(GO) build -o bin/bench ./cmd/bench
+	./bin/bench $(BENCH)
+
 clean:
 	rm -rf bin testagents/bin example/postoffice

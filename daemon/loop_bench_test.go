@@ -64,7 +64,7 @@ func BenchmarkLoopCeiling(b *testing.B) {
 }
 
 // loopDaemon queues messages × rcpts over domains (recipient i*rcpts+r at
-// domain (i*rcpts+r) mod domains, as `scheduler bench`) in a fresh
+// domain (i*rcpts+r) mod domains, as cmd/bench) in a fresh
 // postoffice and returns a draining daemon on it with the bench's clause.
 func loopDaemon(b *testing.B, sink string, messages, rcpts, domains int) *Daemon {
 	dir := b.TempDir()

@@ -50,7 +50,7 @@ func (t Transport) String() string {
 //
 // The queue is the same on both sides: Messages messages of Rcpts
 // recipients, recipient r of message i at domain (i·Rcpts+r) mod Domains
-// (as scheduler bench), From, Subject and a one-line body. zsched's is
+// (as cmd/bench), From, Subject and a one-line body. zsched's is
 // written as control files (no fsync) before each run. Postfix's is
 // injected once over SMTP into an instance without qmgr (smtpd and
 // cleanup write it into the incoming queue), and its queue files are

@@ -16,7 +16,7 @@ import (
 // BenchmarkSinkProcess measures the agent side of a drain alone: real sink
 // processes, started as the scheduler starts them (GOMAXPROCS=1, as the
 // drain benchmark runs them), each fed job lines as fast as it asks with
-// overfeed 8, one recipient per job as in "scheduler bench" (5 recipients
+// overfeed 8, one recipient per job as in cmd/bench (5 recipients
 // per message, each at its own domain). It reports the sinks' CPU time per
 // job (their rusage, user and system), which the drain benchmark can only
 // give as a sum over a run that also times the scheduler.

@@ -77,10 +77,6 @@ func commands() []command {
 			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				return cmdTACheck(args, stdout, stderr)
 			}, false},
-		{"bench", "generate a queue and time its drain with the sink agent",
-			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-				return cmdBench(args, stdout, stderr)
-			}, false},
 		{"simulate", "replay a traffic trace against configurations on a fake clock",
 			func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				return cmdSimulate(args, stdout, stderr)
@@ -397,7 +393,7 @@ func cmdRun(args []string, _ io.Reader, _, stderr io.Writer) error {
 			return err
 		}
 	}
-	var self selfUsage
+	var self daemon.ProcessUsage
 	opt := daemon.Options{Drain: *drain, Notify: sdNotifier(log)}
 	if *statsPath != "" {
 		// The agents still run: what the process used so far is its own.
@@ -409,7 +405,7 @@ func cmdRun(args []string, _ io.Reader, _, stderr io.Writer) error {
 	}
 	if *statsPath != "" {
 		defer func() {
-			if err := writeStats(*statsPath, runStats{RunStats: d.Stats(), Self: self}); err != nil {
+			if err := daemon.WriteStatsFile(*statsPath, daemon.StatsFile{RunStats: d.Stats(), Self: self}); err != nil {
 				log.Error("cannot write the run's figures", "error", err)
 			}
 		}()

@@ -1,49 +1,39 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
-
-	"zsched/daemon"
+	"strconv"
+	"strings"
 )
 
-// runStats is what `run -stats FILE` writes: the daemon's figures and
-// what the scheduler process itself had used when the queue drained.
-type runStats struct {
-	daemon.RunStats
-	Self selfUsage `json:"self"`
-}
-
-// selfUsage is the process's own CPU time and peak RSS; -1 where unknown
-// (never sampled, or /proc unreadable).
-type selfUsage struct {
-	CPUSeconds float64 `json:"cpu_seconds"`
-	PeakRSSKiB int64   `json:"peak_rss_kib"`
-}
-
-func writeStats(path string, st runStats) error {
-	if st.Drained == nil {
-		st.Self = selfUsage{-1, -1}
+// procUsage returns the CPU seconds (user + system) a live process has
+// used itself, without its children, and its peak RSS in KiB; -1 each when
+// /proc cannot tell.
+func procUsage(pid int) (cpu float64, rssKiB int64) {
+	cpu, rssKiB = -1, -1
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
+		// Fields after the parenthesised command: state is field 3,
+		// utime and stime fields 14 and 15, in clock ticks (100 Hz on
+		// Linux, which Go cannot query without cgo).
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 {
+			f := strings.Fields(string(b[i+1:]))
+			if len(f) > 12 {
+				ut, err1 := strconv.ParseInt(f[11], 10, 64)
+				st, err2 := strconv.ParseInt(f[12], 10, 64)
+				if err1 == nil && err2 == nil {
+					cpu = float64(ut+st) / 100
+				}
+			}
+		}
 	}
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return fmt.Errorf("scheduler: stats: %w", err)
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+				if n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64); err == nil {
+					rssKiB = n
+				}
+			}
+		}
 	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("scheduler: stats: %w", err)
-	}
-	return nil
-}
-
-func readStats(path string) (runStats, error) {
-	var st runStats
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return st, fmt.Errorf("scheduler: stats: %w", err)
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		return st, fmt.Errorf("scheduler: stats %s: %w", path, err)
-	}
-	return st, nil
+	return cpu, rssKiB
 }

@@ -1,3 +1,15 @@
+// Command bench is zsched's whole-process drain benchmark: it generates a
+// queue of messages × recipients over domains in one process (no fsync: a
+// benchmark queue), runs `scheduler run -drain -stats FILE` on it with the
+// sink agent, and prints throughput, wall and CPU time (the scheduler's own
+// and its agents'), peak RSS, the rate at which the queue was read at
+// start, and dispatch latency, all from the run's figures in FILE.
+//
+//	make bench                       # builds bin/scheduler and the agents, runs bin/bench
+//	bin/bench -messages 100000 -rcpts 1 -scheduler OTHER/bin/scheduler
+//
+// It builds nothing: it times the scheduler program it is given (default
+// bin/scheduler, as `make build` leaves it) with testagents/bin/sink.
 package main
 
 import (
@@ -17,22 +29,42 @@ import (
 	"time"
 
 	"zsched/ctlfile"
+	"zsched/daemon"
 )
 
-// cmdBench is the whole-process drain benchmark: it generates a queue of
-// messages × recipients over domains in one process (no fsync: a benchmark
-// queue), then runs `scheduler run -drain` on it with the sink agent and
-// prints throughput, wall and CPU time (the scheduler's own and its
-// agents'), peak RSS, the rate at which the queue was read at start, and
-// dispatch latency.
-func cmdBench(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("scheduler bench", flag.ContinueOnError)
+func main() {
+	switch err := bench(os.Args[1:], os.Stdout, os.Stderr); {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case isUsage(err):
+		os.Exit(2) // the flag package has said what and printed the usage
+	default:
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// isUsage tells a flag error, which the flag set has already reported.
+func isUsage(err error) bool {
+	var fe flagError
+	return errors.As(err, &fe)
+}
+
+// flagError is a flag set's parse error.
+type flagError struct{ error }
+
+func (e flagError) Unwrap() error { return e.error }
+
+// bench runs the benchmark the flags in args describe.
+func bench(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	messages := fs.Int("messages", 20000, "messages to queue")
 	rcpts := fs.Int("rcpts", 5, "recipients per message")
 	domains := fs.Int("domains", 1000, "destination domains")
 	agentPath := fs.String("agent", "", "agent `program` (default: testagents/bin/sink)")
-	schedPath := fs.String("scheduler", "", "scheduler `program` to time (default: this one), for comparing builds")
+	schedPath := fs.String("scheduler", "bin/scheduler", "scheduler `program` to time (compare builds by giving each)")
 	maxring := fs.Int("maxring", 4, "agents in the ring (maxring): on 2 cores 4 agents, each fed many lines at once, cost less CPU per recipient than 16")
 	maxthr := fs.Int("maxthr", 20, "agents per destination (maxthr)")
 	overfeed := fs.Int("overfeed", 32, "job lines outstanding per agent beyond one (overfeed)")
@@ -45,10 +77,26 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	generateOnly := fs.Bool("generate", false, "only generate the queue and its config, print where, and keep them")
 	cpuprofile := fs.String("cpuprofile", "", "write the scheduler's CPU profile to `file`")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return flagError{err}
+	}
+	if fs.NArg() > 0 {
+		err := fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+		fmt.Fprintln(stderr, err)
+		fs.Usage()
+		return flagError{err}
 	}
 	if *messages < 1 || *rcpts < 1 || *domains < 1 {
 		return errors.New("bench: -messages, -rcpts and -domains must be at least 1")
+	}
+	var self string
+	if !*generateOnly {
+		var err error
+		if self, err = findScheduler(*schedPath); err != nil {
+			return err
+		}
 	}
 	agent := *agentPath
 	if agent == "" {
@@ -114,12 +162,6 @@ nice = %d
 	// startup read, which then finds the queue as a restart would.
 	syscall.Sync()
 
-	self := *schedPath
-	if self == "" {
-		if self, err = os.Executable(); err != nil {
-			return err
-		}
-	}
 	statsPath := filepath.Join(dir, "stats.json")
 	runArgs := []string{"run", "-drain", "-config", cfgPath, "-stats", statsPath}
 	if *cpuprofile != "" {
@@ -152,7 +194,7 @@ nice = %d
 	if cerr != nil {
 		return fmt.Errorf("bench: scheduler's log: %w", cerr)
 	}
-	st, err := readStats(statsPath)
+	st, err := daemon.ReadStatsFile(statsPath)
 	if err != nil {
 		return fmt.Errorf("bench: %w (a scheduler without run -stats?)", err)
 	}
@@ -222,38 +264,6 @@ func generate(spool *ctlfile.Spool, messages, rcpts, domains int) error {
 	return errors.Join(errs...)
 }
 
-// procUsage returns the CPU seconds (user + system) a live process has
-// used itself, without its children, and its peak RSS in KiB; -1 each when
-// /proc cannot tell.
-func procUsage(pid int) (cpu float64, rssKiB int64) {
-	cpu, rssKiB = -1, -1
-	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
-		// Fields after the parenthesised command: state is field 3,
-		// utime and stime fields 14 and 15, in clock ticks (100 Hz on
-		// Linux, which Go cannot query without cgo).
-		if i := strings.LastIndexByte(string(b), ')'); i >= 0 {
-			f := strings.Fields(string(b[i+1:]))
-			if len(f) > 12 {
-				ut, err1 := strconv.ParseInt(f[11], 10, 64)
-				st, err2 := strconv.ParseInt(f[12], 10, 64)
-				if err1 == nil && err2 == nil {
-					cpu = float64(ut+st) / 100
-				}
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-				if n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64); err == nil {
-					rssKiB = n
-				}
-			}
-		}
-	}
-	return cpu, rssKiB
-}
-
 // findSink looks for the sink agent where `make build` puts it.
 func findSink() (string, error) {
 	cands := []string{"testagents/bin/sink"}
@@ -266,4 +276,17 @@ func findSink() (string, error) {
 		}
 	}
 	return "", errors.New("bench: no sink agent found; run `make build` or give -agent")
+}
+
+// findScheduler checks the scheduler program to time, before any queue is
+// generated: the benchmark builds nothing.
+func findScheduler(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("bench: %w", err)
+	}
+	if st, err := os.Stat(abs); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("bench: no scheduler program at %s; run `make build` or give -scheduler", path)
+	}
+	return abs, nil
 }
