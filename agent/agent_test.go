@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"zsched/internal/agentbin"
 	"zsched/internal/need"
 )
 
@@ -37,21 +38,20 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "subreaper:", err)
 		return 1
 	}
-	dir, err := os.MkdirTemp("", "agent-test-bin")
+	var bins agentbin.Set
+	defer bins.Remove()
+	dir, err := bins.Dir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
 	// Readable by all: one test runs the agent as another user.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	echoagent = filepath.Join(dir, "echoagent")
-	build := exec.Command("go", "build", "-o", echoagent, "./testdata/echoagent")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building echoagent: %v\n%s", err, out)
+	if echoagent, err = bins.Program("./testdata/echoagent"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	code := m.Run()

@@ -12,7 +12,6 @@ import (
 	"net/mail"
 	"net/textproto"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
@@ -279,11 +278,7 @@ func TestExpiryEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs real agents")
 	}
-	bin := t.TempDir()
-	deferall := filepath.Join(bin, "deferall")
-	if out, err := exec.Command("go", "build", "-o", deferall, "zsched/testagents/deferall").CombinedOutput(); err != nil {
-		t.Fatalf("go build deferall: %v\n%s", err, out)
-	}
+	deferall := bins.AgentsFor(t)["deferall"]
 	dir := t.TempDir()
 	cfg, err := config.Parse(filepath.Join(dir, "scheduler.toml"), []byte(fmt.Sprintf(`
 [scheduler]

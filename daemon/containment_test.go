@@ -78,7 +78,7 @@ type containEnv struct {
 // on it, not yet running. With fake set, the daemon's clock is the test's.
 func newContain(t *testing.T, sched, clauses string, fake bool) *containEnv {
 	t.Helper()
-	agents := builtAgents(t)
+	agents := bins.AgentsFor(t)
 	dir := t.TempDir()
 	sockDir, err := os.MkdirTemp("", "zs")
 	if err != nil {
@@ -124,29 +124,6 @@ shutdown_timeout = "5s"
 		t.Fatal(err)
 	}
 	return e
-}
-
-var (
-	agentsOnce  sync.Once
-	agentsBuilt map[string]string
-	agentsErr   error
-)
-
-// builtAgents builds the test agents once for the package's tests.
-func builtAgents(t *testing.T) map[string]string {
-	t.Helper()
-	agentsOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "daemon-agents")
-		if err != nil {
-			agentsErr = err
-			return
-		}
-		agentsBuilt, agentsErr = testagents.Build(dir)
-	})
-	if agentsErr != nil {
-		t.Fatal(agentsErr)
-	}
-	return agentsBuilt
 }
 
 // enqueue queues n messages of one recipient each to channel/host; a host

@@ -208,10 +208,7 @@ func exists(path string) bool {
 }
 
 func TestOperations(t *testing.T) {
-	agents, err := testagents.Build(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	agents := bins.AgentsFor(t)
 	t.Run("mailq", func(t *testing.T) { t.Parallel(); testMailq(t, agents) })
 	t.Run("why", func(t *testing.T) { t.Parallel(); testWhy(t, agents) })
 	t.Run("etrn", func(t *testing.T) { t.Parallel(); testETRN(t, agents) })

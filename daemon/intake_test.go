@@ -89,10 +89,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // FIFO stays bounded, and that delivery began while the first scan pass was
 // still under way.
 func TestIntakeBoundsCoreAndDrains(t *testing.T) {
-	agents, err := testagents.Build(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	agents := bins.AgentsFor(t)
 	const msgLimit, rcptLimit, msgs, maxRcpts = 9, 20, 150, 4
 	d := intakeDaemon(t, agents["sink"], msgLimit, rcptLimit, msgs, maxRcpts, true)
 	d.in.max = 16

@@ -15,7 +15,6 @@ import (
 
 	"zsched/config"
 	"zsched/ctlfile"
-	"zsched/testagents"
 )
 
 // BenchmarkLoopCeiling drains, per iteration, a queue shaped like `scheduler
@@ -33,10 +32,7 @@ import (
 //	go test -run '^$' -bench LoopCeiling -benchtime 5x ./daemon
 func BenchmarkLoopCeiling(b *testing.B) {
 	const messages, rcpts, domains = 10_000, 5, 1_000
-	agents, err := testagents.Build(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
+	agents := bins.AgentsFor(b)
 	var loopCPU, procCPU, wall time.Duration
 	for range b.N {
 		b.StopTimer()

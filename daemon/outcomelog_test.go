@@ -16,7 +16,6 @@ import (
 
 	"zsched/config"
 	"zsched/core"
-	"zsched/testagents"
 )
 
 // lockedBuffer is a log output the loop's helpers may write concurrently.
@@ -70,10 +69,7 @@ func TestOutcomeLogOrderAndSync(t *testing.T) {
 // them come before the "queue drained" summary that scripts wait for.
 // With LoopThread the loop's CPU is counted.
 func TestDrainLogsEveryOutcomeBeforeSummary(t *testing.T) {
-	agents, err := testagents.Build(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	agents := bins.AgentsFor(t)
 	d := intakeDaemon(t, agents["sink"], 1000, 1000, 100, 4, true)
 	var buf lockedBuffer
 	d.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &buf})

@@ -18,7 +18,6 @@ import (
 
 	"zsched/config"
 	"zsched/ctlfile"
-	"zsched/testagents"
 )
 
 var (
@@ -80,10 +79,7 @@ func TestRouterWriters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs real agents")
 	}
-	agents, err := testagents.Build(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	agents := bins.AgentsFor(t)
 	dir := t.TempDir()
 	po := filepath.Join(dir, "po")
 	deliveries := filepath.Join(dir, "deliveries.log")

@@ -19,7 +19,6 @@ import (
 	"zsched/config"
 	"zsched/core"
 	"zsched/ctlfile"
-	"zsched/testagents"
 )
 
 // Issue 16's spool-side containment, end to end through the daemon. The
@@ -481,10 +480,7 @@ func TestContainment(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs real agents")
 	}
-	agents, err := testagents.Build(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	agents := bins.AgentsFor(t)
 	sink := agents["sink"]
 	t.Run("foreign lock from before the start", func(t *testing.T) { t.Parallel(); testForeignLockBeforeStart(t, sink) })
 	t.Run("FIFO announced by NEW", func(t *testing.T) { t.Parallel(); testNotifiedFIFO(t, sink) })

@@ -44,7 +44,7 @@ func TestCeilingEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
-	limited := buildLimited(t)
+	limited := bins.AgentsFor(t)["limited"]
 	l := readme("real")
 	l.Messages, l.Ceiling = 400, true
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

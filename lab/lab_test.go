@@ -3,9 +3,6 @@ package lab
 import (
 	"bytes"
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +79,7 @@ func TestLimiterEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
-	limited := buildLimited(t)
+	limited := bins.AgentsFor(t)["limited"]
 	l := README("1/concurrency")
 	l.Messages, l.Service = 150, 20*time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -104,23 +101,4 @@ func TestLimiterEndToEnd(t *testing.T) {
 	if c := r.Concurrency.Mean; c < 4.5 || c > 7 {
 		t.Errorf("average concurrency %.2f, want just above the server's 5", c)
 	}
-}
-
-// buildLimited compiles testagents/limited into a temporary directory.
-func buildLimited(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "limited")
-	cmd := exec.Command("go", "build", "-o", bin, "./testagents/limited")
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(out)))
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatal(err)
-	}
-	return bin
 }

@@ -3,8 +3,6 @@ package lab
 import (
 	"bytes"
 	"context"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,10 +18,7 @@ import (
 func TestPostfixLimiterShort(t *testing.T) {
 	need.Met(t, "the postfix package, as root", postfix.Available())
 	need.Met(t, "smtp-sink (the postfix package)", postfix.SinkAvailable())
-	bin := filepath.Join(t.TempDir(), "smtp-ta")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/smtp-ta").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := bins.ProgramFor(t, "zsched/cmd/smtp-ta")
 	l := README("1/concurrency")
 	l.Messages, l.Service, l.Jitter = 100, 50*time.Millisecond, 0
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

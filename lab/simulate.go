@@ -141,7 +141,7 @@ func ValidationSetup() Setup {
 }
 
 // TOML is the run's scheduler.toml: one clause per kind of destination,
-// agents from agents (testagents.Build's map).
+// agents from agents (agentbin.Set.Agents's map).
 func (s Setup) TOML(po, slots string, agents map[string]string, jsonLog bool) string {
 	q := func(argv ...string) string {
 		for i, a := range argv {

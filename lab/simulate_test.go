@@ -10,7 +10,6 @@ import (
 
 	"zsched/config"
 	"zsched/replay"
-	"zsched/testagents"
 	"zsched/trace"
 )
 
@@ -92,10 +91,7 @@ func TestRecordAndSimulate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a real run of several seconds")
 	}
-	agents, err := testagents.Build(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	agents := bins.AgentsFor(t)
 	tr := Traffic{Span: 4 * time.Second, Rate: 10, Fast: 20, Seed: 2,
 		Bursts: []Burst{{At: time.Second, Length: time.Second, Messages: 150}}}
 	s := ValidationSetup()

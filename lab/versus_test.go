@@ -3,8 +3,6 @@ package lab
 import (
 	"bytes"
 	"context"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,25 +10,6 @@ import (
 	"zsched/internal/need"
 	"zsched/postfix"
 )
-
-// buildCmds builds the module's commands pkgs ("cmd/scheduler") into a
-// temporary directory and returns their paths, in order.
-func buildCmds(t *testing.T, pkgs ...string) []string {
-	t.Helper()
-	dir := t.TempDir()
-	args := []string{"build", "-o", dir + "/"}
-	for _, p := range pkgs {
-		args = append(args, "../"+p)
-	}
-	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	paths := make([]string, len(pkgs))
-	for i, p := range pkgs {
-		paths[i] = filepath.Join(dir, filepath.Base(p))
-	}
-	return paths
-}
 
 // The lab's comparisons end to end on a tiny queue: each side drains it
 // completely (Versus checks every recipient's delivery on both sides, from
@@ -40,21 +19,22 @@ func buildCmds(t *testing.T, pkgs ...string) []string {
 func TestVersusSmoke(t *testing.T) {
 	need.Met(t, "the postfix package, as root", postfix.Available())
 	need.Met(t, "smtp-sink (the postfix package)", postfix.SinkAvailable())
-	bins := buildCmds(t, "cmd/scheduler", "testagents/sink", "cmd/smtp-ta")
+	scheduler, smtpTA := bins.ProgramFor(t, "zsched/cmd/scheduler"), bins.ProgramFor(t, "zsched/cmd/smtp-ta")
+	sink := bins.AgentsFor(t)["sink"]
 	for _, tc := range []struct {
 		name  string
 		tr    Transport
 		relay bool
 		agent string
 	}{
-		{"null", Null, false, bins[1]},
-		{"smtp", SMTP, false, bins[2]},
-		{"smtp relay", SMTP, true, bins[2]},
+		{"null", Null, false, sink},
+		{"smtp", SMTP, false, smtpTA},
+		{"smtp relay", SMTP, true, smtpTA},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			v := Versus{Messages: 24, Rcpts: 2, Domains: 6, Transport: tc.tr, Relay: tc.relay, Runs: 1,
-				Scheduler: bins[0], Agent: tc.agent, Maxring: 2, Overfeed: 4, Procs: 1, Timeout: time.Minute}
+				Scheduler: scheduler, Agent: tc.agent, Maxring: 2, Overfeed: 4, Procs: 1, Timeout: time.Minute}
 			var progress bytes.Buffer
 			v.Progress = &progress
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

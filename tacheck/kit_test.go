@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"zsched/agent"
-	"zsched/testagents"
+	"zsched/internal/agentbin"
 )
 
 var agents map[string]string
@@ -21,14 +21,14 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// bins are the agents (and cmd/smtp-ta) the tests check: the agents built
+// before the tests run, all removed at exit.
+var bins agentbin.Set
+
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "tacheck")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if agents, err = testagents.Build(dir); err != nil {
+	defer bins.Remove()
+	var err error
+	if agents, err = bins.Agents(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -96,7 +96,7 @@ func TestProjectAgentsConform(t *testing.T) {
 		{sp, []string{agents["flaky"], "-c", "$channel", "-p", "0.5"}},
 		{sp, []string{agents["deferall"], "-c", "$channel"}},
 		{sp, []string{agents["slow"], "-c", "$channel", "-d", "1ms"}},
-		{[]agent.Stdio{agent.Socketpair, agent.PTY}, []string{agents[testagents.Script], "-c", "$channel"}},
+		{[]agent.Stdio{agent.Socketpair, agent.PTY}, []string{agents[agentbin.Script], "-c", "$channel"}},
 		// Host-bound, as a clause with a standalone $host starts it: job
 		// lines then carry no host.
 		{sp, []string{agents["sink"], "-c", "$channel", "$host"}},
@@ -280,7 +280,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 // sends #idle too, but only judges the exit.
 func TestExtraHungryIsCaught(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile(agents[testagents.Script])
+	src, err := os.ReadFile(agents[agentbin.Script])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,15 +111,9 @@ func (s *smtpSink) count() int {
 // host.
 func TestSMTPAgentConforms(t *testing.T) {
 	t.Parallel()
-	root := moduleRoot(t)
-	_, err := os.Stat(filepath.Join(root, "cmd", "smtp-ta"))
+	_, err := os.Stat(filepath.Join(moduleRoot(t), "cmd", "smtp-ta"))
 	need.Met(t, "cmd/smtp-ta in this tree", err)
-	bin := filepath.Join(t.TempDir(), "smtp-ta")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/smtp-ta")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/smtp-ta: %v\n%s", err, out)
-	}
+	bin := bins.ProgramFor(t, "zsched/cmd/smtp-ta")
 	sink := startSMTPSink(t)
 	res, err := Run(context.Background(), Config{
 		Command:   []string{bin, "-c", "$channel", "-tls", "none", "-F", "[127.0.0.1]:" + portOf(t, sink.ln.Addr())},

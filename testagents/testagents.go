@@ -6,73 +6,22 @@
 // sessions at once and refuses the rest with 421), forker (forks a child
 // that delivers, as ZMailer's sm does), and agent.sh (a hand-written POSIX
 // shell agent). Each is a main package in its own directory, built on
-// package ta except garbage and agent.sh. This package builds them for
-// other packages' tests, holds the delivery logic they share, and checks
-// that no agent process outlives a test (LeakCheck).
+// package ta except garbage and agent.sh. This package holds the delivery
+// logic they share and checks that no agent process outlives a test
+// (LeakCheck); internal/agentbin builds them for tests and the lab (as
+// `make build` does into testagents/bin).
 package testagents
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
 	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"zsched/ctlfile"
 	"zsched/report"
 	"zsched/ta"
 )
-
-// Script is the name under which Build returns the shell agent.
-const Script = "agent.sh"
-
-// Build compiles every agent with one "go build -o dir/ ./testagents/..."
-// at the module root (found with "go env GOMOD" from the working
-// directory, which for a test is its package's directory) and returns each
-// agent's name mapped to its absolute path, plus Script mapped to the
-// shell agent in the source tree.
-func Build(dir string) (map[string]string, error) {
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, fmt.Errorf("testagents: %w", err)
-	}
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return nil, fmt.Errorf("testagents: go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return nil, errors.New("testagents: the working directory is not inside the zsched module")
-	}
-	root := filepath.Dir(gomod)
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./testagents/...")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("testagents: go build: %w\n%s", err, out)
-	}
-	src := filepath.Join(root, "testagents")
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		return nil, fmt.Errorf("testagents: %w", err)
-	}
-	agents := map[string]string{Script: filepath.Join(src, Script)}
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		// Only the directories that held a main package produced a binary.
-		p := filepath.Join(dir, e.Name())
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			agents[e.Name()] = p
-		}
-	}
-	return agents, nil
-}
 
 // Sink delivers by acknowledging: ok3, or ok2 with a d line for a
 // recipient that asked for NOTIFY=SUCCESS (the agent owes that DSN).

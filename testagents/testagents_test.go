@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"zsched/internal/agentbin"
 	"zsched/report"
 )
 
@@ -25,13 +26,10 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "testagents")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if agents, err = Build(dir); err != nil {
+	var bins agentbin.Set
+	defer bins.Remove()
+	var err error
+	if agents, err = bins.Agents(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -39,10 +37,10 @@ func run(m *testing.M) int {
 }
 
 func TestBuild(t *testing.T) {
-	for _, name := range []string{"sink", "flaky", "deferall", "crash", "hang", "garbage", "slow", "forker", Script} {
+	for _, name := range []string{"sink", "flaky", "deferall", "crash", "hang", "garbage", "slow", "forker", agentbin.Script} {
 		p, ok := agents[name]
 		if !ok {
-			t.Errorf("Build did not return %s", name)
+			t.Errorf("agentbin.Agents did not return %s", name)
 			continue
 		}
 		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm()&0o111 == 0 {
@@ -426,7 +424,7 @@ func TestScript(t *testing.T) {
 	ok := newCtl("10002561", "smtp dest.test ok1@dest.test 0", "smtp other.test x@other.test 0", "smtp dest.test ok2@dest.test 0")
 	nobody := newCtl("10002819", "smtp dest.test ok17@dest.test 0")
 	dir := spool(t, []ctl{ok, nobody}, nobody.name)
-	p := start(t, dir, "/bin/sh", agents[Script], "-c", "smtp")
+	p := start(t, dir, "/bin/sh", agents[agentbin.Script], "-c", "smtp")
 	p.expect("#hungry")
 	p.send("10002561\tDEST.TEST\n")
 	p.expect(

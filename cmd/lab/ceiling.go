@@ -8,8 +8,8 @@ import (
 	"os"
 	"os/signal"
 
+	"zsched/internal/agentbin"
 	"zsched/lab"
-	"zsched/testagents"
 )
 
 // ceiling runs the learned-ceiling experiments (issue 10) beside plain
@@ -32,12 +32,9 @@ func ceiling(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if !*simOnly {
-		dir, err := os.MkdirTemp("", "zsched-lab-bin-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		agents, err := testagents.Build(dir)
+		var bins agentbin.Set
+		defer bins.Remove()
+		agents, err := bins.Agents()
 		if err != nil {
 			return err
 		}

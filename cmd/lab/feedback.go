@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"zsched/internal/agentbin"
 	"zsched/lab"
-	"zsched/testagents"
 )
 
 // feedback runs the active-limiter experiment for each feedback style and
@@ -44,12 +44,9 @@ func feedback(args []string, stdout, stderr io.Writer) error {
 	}
 	var limited string
 	if *endToEnd {
-		dir, err := os.MkdirTemp("", "zsched-lab-bin-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		agents, err := testagents.Build(dir)
+		var bins agentbin.Set
+		defer bins.Remove()
+		agents, err := bins.Agents()
 		if err != nil {
 			return err
 		}

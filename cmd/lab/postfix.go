@@ -8,10 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"time"
 
+	"zsched/internal/agentbin"
 	"zsched/lab"
 	"zsched/postfix"
 )
@@ -41,12 +41,9 @@ func postfixLab(args []string, stdout, stderr io.Writer) error {
 	if err := postfix.Available(); err != nil {
 		return err
 	}
-	bin, err := os.MkdirTemp("", "zsched-lab-bin-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(bin)
-	smtpTA, err := buildSmtpTA(bin)
+	var bins agentbin.Set
+	defer bins.Remove()
+	smtpTA, err := bins.Program("zsched/cmd/smtp-ta")
 	if err != nil {
 		return err
 	}
@@ -80,29 +77,6 @@ func postfixLab(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout, "attempt; concurrency = the window after each feedback event.")
 	fmt.Fprintln(stdout)
 	return lab.WritePostfixTable(stdout, rs)
-}
-
-// buildSmtpTA builds ./cmd/smtp-ta of the module we run in into dir.
-func buildSmtpTA(dir string) (string, error) { return buildCmd(dir, "./cmd/smtp-ta") }
-
-// buildCmd builds the command pkg ("./cmd/smtp-ta") of the module we run
-// in into dir, and returns the program's path.
-func buildCmd(dir, pkg string) (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("run inside the zsched module (go run ./cmd/lab ...)")
-	}
-	path := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", path, pkg)
-	cmd.Dir = filepath.Dir(gomod)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
-	}
-	return path, nil
 }
 
 func postfixVersion() string {

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"zsched/internal/agentbin"
 	"zsched/lab"
 	"zsched/replay"
-	"zsched/testagents"
 	"zsched/trace"
 )
 
@@ -94,12 +94,9 @@ func zschedValidation(ctx context.Context, root string, span time.Duration, knob
 	recA := lab.Recording{Config: filepath.Join(dirA, "scheduler.toml"), Log: filepath.Join(dirA, "zsched.log")}
 	recB := lab.Recording{Config: filepath.Join(dirB, "scheduler.toml"), Log: filepath.Join(dirB, "zsched.log")}
 	if !exists(recA.Log) || !exists(recB.Log) {
-		bin, err := os.MkdirTemp("", "zsched-lab-bin-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(bin)
-		agents, err := testagents.Build(bin)
+		var bins agentbin.Set
+		defer bins.Remove()
+		agents, err := bins.Agents()
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"zsched/internal/agentbin"
 	"zsched/lab"
 	"zsched/postfix"
 )
@@ -60,26 +61,24 @@ func versus(t lab.Transport, args []string, stdout, stderr io.Writer) error {
 	if err := postfix.Available(); err != nil {
 		return err
 	}
-	bin, err := os.MkdirTemp("", "zsched-lab-bin-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(bin)
-	agentPkg := "./testagents/sink"
+	var bins agentbin.Set
+	defer bins.Remove()
+	agentPkg := "zsched/testagents/sink"
 	if t == lab.SMTP {
-		agentPkg = "./cmd/smtp-ta"
+		agentPkg = "zsched/cmd/smtp-ta"
 	}
 	for _, p := range []struct {
 		flag *string
 		pkg  string
-	}{{sched, "./cmd/scheduler"}, {agent, agentPkg}} {
+	}{{sched, "zsched/cmd/scheduler"}, {agent, agentPkg}} {
+		var err error
 		if *p.flag != "" {
 			if *p.flag, err = filepath.Abs(*p.flag); err != nil {
 				return err
 			}
 			continue
 		}
-		if *p.flag, err = buildCmd(bin, p.pkg); err != nil {
+		if *p.flag, err = bins.Program(p.pkg); err != nil {
 			return err
 		}
 	}

@@ -16,10 +16,15 @@ import (
 	"time"
 
 	"zsched/ctlfile"
+	"zsched/internal/agentbin"
 	"zsched/testagents"
 )
 
-// binaries builds the scheduler and the test agents once per test binary.
+// bins builds the scheduler and the test agents, removed at exit.
+var bins agentbin.Set
+
+// binaries are the scheduler and the test agents, built once per test
+// binary before the tests run, in one directory (dir: a script's PATH).
 var binaries = struct {
 	dir    string
 	agents map[string]string
@@ -27,21 +32,15 @@ var binaries = struct {
 }{}
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "zsched-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binaries.dir = dir
-	binaries.agents, binaries.err = testagents.Build(dir)
+	binaries.agents, binaries.err = bins.Agents()
 	if binaries.err == nil {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "scheduler"), ".").CombinedOutput()
-		if err != nil {
-			binaries.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		_, binaries.err = bins.Program("zsched/cmd/scheduler")
+	}
+	if binaries.err == nil {
+		binaries.dir, binaries.err = bins.Dir()
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	bins.Remove()
 	os.Exit(code)
 }
 
@@ -274,7 +273,7 @@ func TestShellAgent(t *testing.T) {
 select = "smtp/*"
 command = ["/bin/sh", %q, "-c", "smtp"]
 maxring = 3
-`, p.agent(testagents.Script)))
+`, p.agent(agentbin.Script)))
 	rcpts := p.enqueue(10, 3, 4)
 	outs, _ := p.drain()
 	p.checkDrained(rcpts, outs, false)

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"zsched/ctlfile"
+	"zsched/internal/agentbin"
 	"zsched/internal/need"
 	"zsched/postfix"
 	"zsched/report"
@@ -24,46 +24,20 @@ import (
 	"zsched/ta"
 )
 
-// binDir holds the binaries TestMain builds: smtp-ta and the scheduler.
-var binDir string
+// bins are the programs the tests run (this command, the scheduler):
+// each built on the first test that asks, once, and removed at exit.
+var bins agentbin.Set
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "smtp-ta-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
 	code := m.Run()
-	os.RemoveAll(dir)
+	bins.Remove()
 	os.Exit(code)
 }
 
-var builds sync.Map // binary name → *build
-
-type build struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// binary builds smtp-ta or scheduler (from ./cmd/NAME) once per test
-// binary and returns its path.
+// binary is the program of ./cmd/NAME (smtp-ta or scheduler).
 func binary(t *testing.T, name string) string {
 	t.Helper()
-	v, _ := builds.LoadOrStore(name, &build{})
-	b := v.(*build)
-	b.once.Do(func() {
-		b.path = filepath.Join(binDir, name)
-		out, err := exec.Command("go", "build", "-o", b.path, "../"+name).CombinedOutput()
-		if err != nil {
-			b.err = fmt.Errorf("go build ../%s: %v\n%s", name, err, out)
-		}
-	})
-	if b.err != nil {
-		t.Fatal(b.err)
-	}
-	return b.path
+	return bins.ProgramFor(t, "zsched/cmd/"+name)
 }
 
 // reachable returns a temporary directory the postfix user (and nobody,

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"zsched/ctlfile"
+	"zsched/internal/agentbin"
 	"zsched/report"
 )
 
@@ -49,10 +50,9 @@ func TestSlotsLimitAcrossHolders(t *testing.T) {
 // with every session held elsewhere the job is refused with deferall and
 // its recipients stay pending; with a session free they are delivered.
 func TestAgentRefusesWhenFull(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "limited")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	var bins agentbin.Set
+	defer bins.Remove()
+	bin := bins.ProgramFor(t, ".")
 	po := t.TempDir()
 	sp := &ctlfile.Spool{Root: po, NoSync: true}
 	if err := sp.Init(); err != nil {

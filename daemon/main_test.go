@@ -1,0 +1,18 @@
+package daemon
+
+import (
+	"os"
+	"testing"
+
+	"zsched/internal/agentbin"
+)
+
+// bins are the test agents this package's tests run: built on the first
+// test that asks, once, and removed when the tests are over.
+var bins agentbin.Set
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	bins.Remove()
+	os.Exit(code)
+}
