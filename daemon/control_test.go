@@ -25,9 +25,9 @@ import (
 	"zsched/testagents"
 )
 
-// ops is a running in-process scheduler with real test agents, driven over
-// its real control socket.
-type opsEnv struct {
+// controlledEnv is a running in-process scheduler with real test agents,
+// driven over its real control socket.
+type controlledEnv struct {
 	t      *testing.T
 	dir    string
 	config string
@@ -37,11 +37,11 @@ type opsEnv struct {
 	c      *control.Client
 }
 
-// startOps writes a configuration (the [scheduler] extras and the clauses,
+// startControlled writes a configuration (the [scheduler] extras and the clauses,
 // in which {sink}, {hang}, … name the test agents), starts a daemon on it
 // and connects to its control socket. The daemon is stopped, and must stop
 // cleanly, when the test ends.
-func startOps(t *testing.T, agents map[string]string, sched, clauses string) *opsEnv {
+func startControlled(t *testing.T, agents map[string]string, sched, clauses string) *controlledEnv {
 	t.Helper()
 	dir := t.TempDir()
 	// A short socket path: sun_path holds 108 bytes, test names are long.
@@ -55,7 +55,7 @@ func startOps(t *testing.T, agents map[string]string, sched, clauses string) *op
 	}
 	// Agents left running when the test ends are a failure (issue 16).
 	testagents.LeakCheck(t, filepath.Join(dir, "po", "transport"))
-	e := &opsEnv{t: t, dir: dir, config: filepath.Join(dir, "scheduler.toml")}
+	e := &controlledEnv{t: t, dir: dir, config: filepath.Join(dir, "scheduler.toml")}
 	e.write(fmt.Sprintf(`[scheduler]
 postoffice = %q
 control_socket = %q
@@ -91,7 +91,7 @@ shutdown_timeout = "1s"
 	return e
 }
 
-func (e *opsEnv) write(text string) {
+func (e *controlledEnv) write(text string) {
 	e.t.Helper()
 	if err := os.WriteFile(e.config, []byte(text), 0o644); err != nil {
 		e.t.Fatal(err)
@@ -100,7 +100,7 @@ func (e *opsEnv) write(text string) {
 
 // enqueue queues one message to channel/host/user recipients, as
 // `scheduler enqueue` does, and returns its path under transport/.
-func (e *opsEnv) enqueue(rcpts ...string) string {
+func (e *controlledEnv) enqueue(rcpts ...string) string {
 	e.t.Helper()
 	m := &ctlfile.Message{Sender: "s@example.org", Header: []byte("Subject: t\n"), Body: []byte("b\n")}
 	for _, r := range rcpts {
@@ -117,7 +117,7 @@ func (e *opsEnv) enqueue(rcpts ...string) string {
 	return rel
 }
 
-func (e *opsEnv) do(cmd string) control.Reply {
+func (e *controlledEnv) do(cmd string) control.Reply {
 	e.t.Helper()
 	rep, err := e.c.Do(cmd)
 	if err != nil {
@@ -126,7 +126,7 @@ func (e *opsEnv) do(cmd string) control.Reply {
 	return rep
 }
 
-func (e *opsEnv) ok(cmd string) control.Reply {
+func (e *controlledEnv) ok(cmd string) control.Reply {
 	e.t.Helper()
 	rep := e.do(cmd)
 	if !rep.OK {
@@ -135,7 +135,7 @@ func (e *opsEnv) ok(cmd string) control.Reply {
 	return rep
 }
 
-func (e *opsEnv) queue() Queue {
+func (e *controlledEnv) queue() Queue {
 	e.t.Helper()
 	rep := e.ok("SHOW QUEUE JSON")
 	var q Queue
@@ -157,7 +157,7 @@ func (q Queue) thread(host string) (QueueThread, bool) {
 }
 
 // waitFor polls cond until it holds: the scheduler runs real processes.
-func (e *opsEnv) waitFor(what string, cond func() bool) {
+func (e *controlledEnv) waitFor(what string, cond func() bool) {
 	e.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -172,7 +172,7 @@ func (e *opsEnv) waitFor(what string, cond func() bool) {
 
 // why returns the reason word and text WHY gives for each recipient of
 // msg; nil while msg is not in core.
-func (e *opsEnv) why(msg string) []string {
+func (e *controlledEnv) why(msg string) []string {
 	e.t.Helper()
 	rep := e.do("WHY " + msg)
 	if !rep.OK && strings.Contains(rep.Text, "no such message") {
@@ -192,7 +192,7 @@ func (e *opsEnv) why(msg string) []string {
 	return words
 }
 
-func (e *opsEnv) waitWhy(msg, reason string) string {
+func (e *controlledEnv) waitWhy(msg, reason string) string {
 	e.t.Helper()
 	var got []string
 	e.waitFor("WHY "+msg+" to say "+reason, func() bool {
@@ -221,7 +221,7 @@ func TestOperations(t *testing.T) {
 // testMailq: the thread report, THREADS2, SHOW THREAD and the JSON show the
 // threads that exist and the agents working them, with their real pids.
 func testMailq(t *testing.T, agents map[string]string) {
-	e := startOps(t, agents, "", `
+	e := startControlled(t, agents, "", `
 [[clause]]
 select = "smtp/*"
 command = ["{hang}", "-c", "smtp"]
@@ -341,7 +341,7 @@ func testWhy(t *testing.T, agents map[string]string) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := startOps(t, agents, tc.sched, fmt.Sprintf(`
+			e := startControlled(t, agents, tc.sched, fmt.Sprintf(`
 [[clause]]
 select = "smtp/*"
 command = ["{hang}", "-c", "smtp"]
@@ -360,7 +360,7 @@ command = ["{hang}", "-c", "smtp"]
 	}
 	t.Run("dead-and-held", func(t *testing.T) {
 		t.Parallel()
-		e := startOps(t, agents, "", `
+		e := startControlled(t, agents, "", `
 [[clause]]
 select = "smtp/dead.test"
 command = ["{deferall}", "-c", "smtp"]
@@ -398,7 +398,7 @@ command = ["{hang}", "-c", "smtp"]
 // testETRN: ETRN from the socket and from a ZMailer T file starts exactly
 // the matching queueonly threads, @domain its subdomains too.
 func testETRN(t *testing.T, agents map[string]string) {
-	e := startOps(t, agents, "", `
+	e := startControlled(t, agents, "", `
 [[clause]]
 select = "smtp/*"
 command = ["{sink}", "-c", "smtp"]
@@ -458,7 +458,7 @@ queueonly = true
 // testKill: KILL MSG removes the message from core and its control file and
 // body from the spool, before it replies.
 func testKill(t *testing.T, agents map[string]string) {
-	e := startOps(t, agents, "", `
+	e := startControlled(t, agents, "", `
 [[clause]]
 select = "smtp/*"
 command = ["{sink}", "-c", "smtp"]
@@ -510,7 +510,7 @@ select = "smtp/*"
 command = ["{slow}", "-c", "smtp", "-d", "150ms"]
 maxring = %d
 `
-	e := startOps(t, agents, "", fmt.Sprintf(clause, 1))
+	e := startControlled(t, agents, "", fmt.Sprintf(clause, 1))
 	base, err := os.ReadFile(e.config)
 	if err != nil {
 		t.Fatal(err)
@@ -579,7 +579,7 @@ maxring = %d
 // testMetrics reads /metrics over HTTP after a drain and checks it against
 // what was delivered.
 func testMetrics(t *testing.T, agents map[string]string) {
-	e := startOps(t, agents, `metrics_listen = "127.0.0.1:0"`, `
+	e := startControlled(t, agents, `metrics_listen = "127.0.0.1:0"`, `
 [[clause]]
 select = "smtp/*"
 command = ["{sink}", "-c", "smtp"]
@@ -673,7 +673,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 // testSecondScheduler: a second scheduler on the same postoffice stops at
 // the control socket, before touching the running one's files.
 func testSecondScheduler(t *testing.T, agents map[string]string) {
-	e := startOps(t, agents, "", "[[clause]]\nselect = \"smtp/*\"\ncommand = \"/bin/false\"\n")
+	e := startControlled(t, agents, "", "[[clause]]\nselect = \"smtp/*\"\ncommand = \"/bin/false\"\n")
 	pid, err := os.ReadFile(filepath.Join(e.cfg.Scheduler.Postoffice, ".pid.scheduler"))
 	if err != nil {
 		t.Fatal(err)

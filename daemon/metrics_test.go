@@ -25,7 +25,7 @@ const guard = 20 * time.Second
 // descriptors. With maxConns connections open, one more is closed
 // unanswered; once they close, scrapes are answered again.
 func TestMetricsConnectionCap(t *testing.T) {
-	e := startOps(t, nil, `metrics_listen = "127.0.0.1:0"`, "[[clause]]\nselect = \"smtp/*\"\ncommand = \"/bin/false\"\n")
+	e := startControlled(t, nil, `metrics_listen = "127.0.0.1:0"`, "[[clause]]\nselect = \"smtp/*\"\ncommand = \"/bin/false\"\n")
 	addr := e.d.MetricsAddr()
 	max := metricsLimits().maxConns
 	var idle []net.Conn

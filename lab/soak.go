@@ -190,7 +190,7 @@ type soakRun struct {
 	sched   *proc
 	battery bool // the battery runs: a dead scheduler is restarted
 	maxCtl  time.Duration
-	held    []string // HOLD commands not yet released ("THREAD smtp/h" or "MSG 123")
+	held    []string // the RELEASE lines of holds not yet released ("RELEASE THREAD smtp/h", "RELEASE MSG 123")
 }
 
 // hosts: ordinary ones, and a few 59-character ones that make a naive glob
@@ -488,7 +488,7 @@ func (r *soakRun) waitControl(limit time.Duration) error {
 	defer c.close()
 	deadline := time.Now().Add(limit)
 	for {
-		_, err := c.do("SHOW COUNTERS")
+		_, err := c.do(control.VerbShowCounters)
 		if err == nil {
 			return nil
 		}
@@ -751,17 +751,18 @@ func (r *soakRun) operator(ctx context.Context, rng *rand.Rand) {
 	every(ctx, rng, 300*time.Millisecond, time.Second, func() {
 		now := time.Now()
 		for len(releases) > 0 && now.After(releases[0].at) {
-			c.do("RELEASE " + releases[0].cmd)
+			c.do(releases[0].cmd)
 			r.unheld(releases[0].cmd)
 			releases = releases[1:]
 			count("release")
 		}
-		hold := func(what string) {
-			if rep, err := c.do("HOLD " + what); err == nil && rep.OK {
+		hold := func(verb, undo, what string) {
+			if rep, err := c.do(verb + " " + what); err == nil && rep.OK {
+				undo += " " + what
 				r.mu.Lock()
-				r.held = append(r.held, what)
+				r.held = append(r.held, undo)
 				r.mu.Unlock()
-				releases = append(releases, release{now.Add(time.Duration(5+rng.IntN(10)) * time.Second), what})
+				releases = append(releases, release{now.Add(time.Duration(5+rng.IntN(10)) * time.Second), undo})
 				sort.Slice(releases, func(i, j int) bool { return releases[i].at.Before(releases[j].at) })
 			}
 		}
@@ -772,37 +773,37 @@ func (r *soakRun) operator(ctx context.Context, rng *rand.Rand) {
 				return
 			}
 			count("kill")
-			if rep, err := c.do("KILL MSG " + m.name); err == nil && rep.OK {
+			if rep, err := c.do(control.VerbKillMsg + " " + m.name); err == nil && rep.OK {
 				r.killed(m.name)
 			}
 		case x < 18:
 			count("hold thread")
-			hold("THREAD smtp/" + normal[rng.IntN(len(normal))])
+			hold(control.VerbHoldThread, control.VerbReleaseThread, "smtp/"+normal[rng.IntN(len(normal))])
 		case x < 23:
 			if m := r.randomMsg(rng); m != nil {
 				count("hold msg")
-				hold("MSG " + m.name)
+				hold(control.VerbHoldMsg, control.VerbReleaseMsg, m.name)
 			}
 		case x < 38:
 			count("flush")
-			c.do([]string{"FLUSH", "FLUSH smtp/h0*.soak.test", "FLUSH smtp/{h001,h002,h01?}.soak.test", "FLUSH dead"}[rng.IntN(4)])
+			c.do(strings.TrimSpace(control.VerbFlush + " " + []string{"", "smtp/h0*.soak.test", "smtp/{h001,h002,h01?}.soak.test", "dead"}[rng.IntN(4)]))
 		case x < 46:
 			g := nastyGlobs[rng.IntN(len(nastyGlobs)-1)]
 			if !sentIssueGlob && rng.IntN(4) == 0 {
 				g, sentIssueGlob = nastyGlobs[len(nastyGlobs)-1], true
 			}
 			count("flush nasty glob")
-			c.do("FLUSH " + g)
+			c.do(control.VerbFlush + " " + g)
 		case x < 56:
 			count("etrn")
-			c.do([]string{"ETRN " + normal[rng.IntN(len(normal))], "ETRN @soak.test"}[rng.IntN(2)])
+			c.do(control.VerbETRN + " " + []string{normal[rng.IntN(len(normal))], "@soak.test"}[rng.IntN(2)])
 		default:
 			count("mailq")
-			c.do([]string{"SHOW QUEUE THREADS", "SHOW QUEUE JSON", "SHOW QSHAPE 10"}[rng.IntN(3)])
+			c.do([]string{control.VerbShowThreads, control.VerbShowJSON, control.VerbShowQshape + " 10"}[rng.IntN(3)])
 		}
 	})
 	for _, rel := range releases {
-		c.do("RELEASE " + rel.cmd)
+		c.do(rel.cmd)
 		r.unheld(rel.cmd)
 	}
 }
@@ -905,7 +906,7 @@ func (r *soakRun) prober(ctx context.Context, rng *rand.Rand) {
 	defer c.close()
 	every(ctx, rng, time.Second, time.Second, func() {
 		t0 := time.Now()
-		c.do("SHOW COUNTERS")
+		c.do(control.VerbShowCounters)
 		r.mu.Lock()
 		r.maxCtl = max(r.maxCtl, time.Since(t0))
 		r.res.MaxControl = r.maxCtl
@@ -941,12 +942,12 @@ func (r *soakRun) drain(ctx context.Context) {
 	held := append([]string(nil), r.held...)
 	r.mu.Unlock()
 	for _, h := range held {
-		c.do("RELEASE " + h)
+		c.do(h)
 	}
 	if err := r.writeConfig(true); err != nil {
 		r.logf("soak: %v", err)
 	}
-	if rep, err := c.do("RELOAD"); err != nil || !rep.OK {
+	if rep, err := c.do(control.VerbReload); err != nil || !rep.OK {
 		r.logf("soak: RELOAD: %v %s; sending SIGHUP", err, rep.Text)
 		r.signal(syscall.SIGHUP)
 	}
@@ -967,7 +968,7 @@ func (r *soakRun) drain(ctx context.Context) {
 	}
 	last, lastChange := -1, time.Now()
 	for {
-		c.do("FLUSH")
+		c.do(control.VerbFlush)
 		d, _ := readDeliveries(r.logPath)
 		left := remaining(d)
 		if left == 0 {
@@ -984,7 +985,7 @@ func (r *soakRun) drain(ctx context.Context) {
 	}
 	r.res.DrainTime = time.Since(start)
 	r.res.AgentStarts = -1
-	if rep, err := c.do("SHOW QUEUE JSON"); err == nil && rep.OK {
+	if rep, err := c.do(control.VerbShowJSON); err == nil && rep.OK {
 		var q daemon.Queue
 		if json.Unmarshal([]byte(strings.Join(rep.Lines, "\n")), &q) == nil {
 			r.res.AgentStarts = q.Counters.Spawned
@@ -1026,7 +1027,7 @@ func (r *soakRun) fate(c *client, m *soakMsg) msgFate {
 		if c.gone {
 			return fateUnanswered
 		}
-		rep, err := c.do("WHY " + m.name)
+		rep, err := c.do(control.VerbWhy + " " + m.name)
 		if err != nil {
 			c.gone = true // one timeout is enough: do not wait for each message
 		}

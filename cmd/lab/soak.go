@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"time"
 
+	"zsched/internal/agentbin"
 	"zsched/lab"
 )
 
@@ -41,14 +40,15 @@ func soak(args []string, stdout, stderr io.Writer) error {
 		}
 		*dir = d
 	}
-	bin := filepath.Join(*dir, "bin")
-	pkgs := []string{"./lab/soakagent"}
-	if *sched == "" {
-		pkgs = append(pkgs, "./cmd/scheduler")
-		*sched = filepath.Join(bin, "scheduler")
-	}
-	if err := build(bin, pkgs...); err != nil {
+	bins := agentbin.Set{In: filepath.Join(*dir, "bin")} // kept with the run's results
+	agent, err := bins.Program("zsched/lab/soakagent")
+	if err != nil {
 		return err
+	}
+	if *sched == "" {
+		if *sched, err = bins.Program("zsched/cmd/scheduler"); err != nil {
+			return err
+		}
 	}
 	s := lab.Soak{
 		Duration:  time.Duration(*minutes * float64(time.Minute)),
@@ -57,7 +57,7 @@ func soak(args []string, stdout, stderr io.Writer) error {
 		Writers:   max(*writers, 1),
 		Seed:      *seed,
 		Scheduler: *sched,
-		Agent:     filepath.Join(bin, "soakagent"),
+		Agent:     agent,
 		Dir:       *dir,
 	}
 	if !*quiet {
@@ -68,22 +68,4 @@ func soak(args []string, stdout, stderr io.Writer) error {
 	res, err := lab.RunSoak(ctx, s)
 	res.Report(stdout, s)
 	return err
-}
-
-// build compiles pkgs into dir at the module's root.
-func build(dir string, pkgs ...string) error {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return fmt.Errorf("run lab soak inside the zsched module")
-	}
-	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
-	cmd.Dir = filepath.Dir(gomod)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %w\n%s", err, out)
-	}
-	return nil
 }

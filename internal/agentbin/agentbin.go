@@ -28,6 +28,11 @@ const agentsPattern = "zsched/testagents/..."
 // Set is the programs built for one process. Its zero value is ready; it
 // may be used from many goroutines (parallel tests).
 type Set struct {
+	// In is the directory to build into, kept by Remove (the lab's soak
+	// keeps its programs beside its results); "" is a new temporary one,
+	// which Remove deletes.
+	In string
+
 	mu     sync.Mutex
 	dir    string
 	root   string            // the module's root directory
@@ -63,7 +68,15 @@ func (s *Set) dirLocked() (string, error) {
 	if gomod == "" || gomod == os.DevNull {
 		return "", errors.New("agentbin: the working directory is not inside the zsched module")
 	}
-	dir, err := os.MkdirTemp("", "zsched-bin-")
+	dir := s.In
+	if dir == "" {
+		dir, err = os.MkdirTemp("", "zsched-bin-")
+	} else {
+		dir, err = filepath.Abs(dir)
+		if err == nil {
+			err = os.MkdirAll(dir, 0o755)
+		}
+	}
 	if err != nil {
 		return "", fmt.Errorf("agentbin: %w", err)
 	}
@@ -168,14 +181,18 @@ func (s *Set) ProgramFor(t TB, pkg string) string {
 	return p
 }
 
-// Remove deletes every program built. The Set builds again on demand.
+// Remove deletes the temporary directory and every program in it (a
+// directory In is kept). The Set builds again on demand.
 func (s *Set) Remove() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dir == "" {
 		return nil
 	}
-	err := os.RemoveAll(s.dir)
+	var err error
+	if s.In == "" {
+		err = os.RemoveAll(s.dir)
+	}
 	s.dir, s.built, s.failed, s.agents = "", nil, nil, nil
 	if err != nil {
 		return fmt.Errorf("agentbin: %w", err)

@@ -42,3 +42,19 @@ func TestBuildOnceAndRemove(t *testing.T) {
 		t.Errorf("%s is still there after Remove: %v", dir, err)
 	}
 }
+
+// A Set told where to build builds there and keeps it.
+func TestBuildInKeeps(t *testing.T) {
+	in := t.TempDir() + "/bin"
+	s := Set{In: in}
+	p := s.ProgramFor(t, "zsched/testagents/sink")
+	if p != in+"/sink" {
+		t.Errorf("built %s, want %s/sink", p, in)
+	}
+	if err := s.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Errorf("Remove deleted a directory it was given: %v", err)
+	}
+}
