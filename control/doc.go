@@ -2,6 +2,11 @@
 // ZMailer's MAILQ v2 (zmailer-facts.md §7.2) with zsched's own verbs, its
 // server and its client.
 //
+// The commands are one table, Verbs (verbs.go): each verb's words (the
+// Verb* constants, which the scheduler's loop and the scheduler command use
+// too), the right it needs, its arity, its help, and the scheduler command
+// that sends it. The loop has a handler for each.
+//
 // The server accepts many clients at once, each on its own goroutine, each
 // bounded in line length, idle time and session time. It parses a command,
 // checks the client's right to it, and hands it to the scheduler's loop as a
