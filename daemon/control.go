@@ -558,6 +558,9 @@ type QueueShared struct {
 	Nodes    int  `json:"nodes"`
 	Fallback bool `json:"fallback,omitempty"`
 	Denied   bool `json:"denied,omitempty"`
+	// ByNode is Leases node by node, as the store last counted them;
+	// absent in fallback, when only this node counts.
+	ByNode map[string]int `json:"by_node,omitempty"`
 }
 
 // QueueRing is one thread-ring in Queue.
@@ -646,6 +649,12 @@ func (d *Daemon) Queue(now time.Time) Queue {
 			if c := t.Cluster; c != nil {
 				qt.Cluster = &QueueShared{Window: c.Window, Leases: c.Leases, Mine: c.Mine, Nodes: c.Nodes,
 					Fallback: c.Fallback, Denied: c.Denied}
+				if len(c.ByNode) > 0 {
+					qt.Cluster.ByNode = make(map[string]int, len(c.ByNode))
+					for _, n := range c.ByNode {
+						qt.Cluster.ByNode[n.Node] = n.Leases
+					}
+				}
 			}
 			for _, id := range t.Agents {
 				qt.Pids = append(qt.Pids, d.pid(id))

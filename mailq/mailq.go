@@ -128,6 +128,15 @@ func ThreadLine(now time.Time, t core.ThreadView, agents Agents, pad bool) strin
 	if c := t.Cluster; c != nil {
 		// The shared window: sessions of every node, this node's, nodes.
 		fmt.Fprintf(&b, " cluster=%d/%d mine=%d nodes=%d", c.Leases, c.Window, c.Mine, c.Nodes)
+		// Sessions node by node, one blank-free field: bynode=mx1:2,mx2:3.
+		for i, n := range c.ByNode {
+			if i == 0 {
+				b.WriteString(" bynode=")
+			} else {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "%s:%d", n.Node, n.Leases)
+		}
 		if c.Fallback {
 			b.WriteString(" cluster:fallback")
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"zsched/core"
+	"zsched/window"
 )
 
 // Age is ZMailer's saytime in its short form: what its mailq prints for
@@ -65,5 +66,25 @@ func TestWaitingFooter(t *testing.T) {
 	if len(out) != MaxWaiting+2 || out[0] != "Waiting to be read: 25" || out[1] != "    q/0\twaiting: locked; read again in 32s" ||
 		out[len(out)-1] != "    … and 5 more (scheduler why NAME)" {
 		t.Fatalf("footer:\n%s", strings.Join(out, "\n"))
+	}
+}
+
+// TestThreadLineShowsSessionsByNode: with a cluster, a thread's line says
+// the shared window and the live sessions node by node (issue 20), one
+// blank-free field that scripts splitting on blanks keep whole; in
+// fallback, with no breakdown, it says so instead.
+func TestThreadLineShowsSessionsByNode(t *testing.T) {
+	now := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	tv := core.ThreadView{Channel: "smtp", Host: "mx.example", Window: 5, MaxThr: 20,
+		Cluster: &core.ClusterView{Window: 5, Leases: 5, Mine: 2, Nodes: 3,
+			ByNode: []window.NodeLeases{{Node: "mx1", Leases: 2}, {Node: "mx2", Leases: 3}}}}
+	line := ThreadLine(now, tv, Agents{}, false)
+	if !strings.Contains(line, " cluster=5/5 mine=2 nodes=3 bynode=mx1:2,mx2:3 ") {
+		t.Errorf("thread line %q: want the shared window and the sessions by node", line)
+	}
+	tv.Cluster = &core.ClusterView{Window: 2, Leases: 1, Mine: 1, Nodes: 3, Fallback: true}
+	line = ThreadLine(now, tv, Agents{}, false)
+	if strings.Contains(line, "bynode=") || !strings.Contains(line, " cluster:fallback") {
+		t.Errorf("thread line in fallback %q: want no breakdown, and cluster:fallback", line)
 	}
 }
