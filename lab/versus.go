@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -19,6 +17,7 @@ import (
 	"time"
 
 	"zsched/ctlfile"
+	"zsched/daemon"
 	"zsched/postfix"
 	"zsched/smtpclient"
 )
@@ -296,8 +295,6 @@ overfeed = %d
 `, po, v.Maxring+8, strings.Join(quoted, ", "), v.Maxring, v.Overfeed)
 }
 
-var drainedRE = regexp.MustCompile(`queue drained: .*delivered=(\d+) failed=(\d+) deferred=(\d+)`)
-
 // drainZsched writes zsched's queue and runs `scheduler run -drain` on it.
 func (v Versus) drainZsched(ctx context.Context, dir string, round int, sink *postfix.Sink) (DrainRun, error) {
 	r := DrainRun{Side: "zsched", Round: round, Sched: -1}
@@ -332,7 +329,11 @@ func (v Versus) drainZsched(ctx context.Context, dir string, round int, sink *po
 	defer logf.Close()
 	ctx, cancel := context.WithTimeout(ctx, v.Timeout)
 	defer cancel()
-	args := []string{"run", "-drain", "-config", cfg}
+	// The run's figures come as data (-stats), not from its log: the
+	// drain's counts, and the CPU the scheduler had used itself when the
+	// queue drained (its agents still running then).
+	statsPath := filepath.Join(rd, "stats.json")
+	args := []string{"run", "-drain", "-config", cfg, "-stats", statsPath}
 	if v.CPUProfile != "" {
 		args = append(args, "-cpuprofile", v.CPUProfile+"."+strconv.Itoa(round))
 	}
@@ -346,30 +347,7 @@ func (v Versus) drainZsched(ctx context.Context, dir string, round int, sink *po
 	if err := cmd.Start(); err != nil {
 		return r, fmt.Errorf("lab: start the scheduler: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	tail := &lineTail{path: logPath}
-	var drained string
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	var werr error
-wait:
-	for {
-		select {
-		case werr = <-exited:
-			break wait
-		case <-tick.C:
-			if drained == "" {
-				if drained = tail.find("queue drained"); drained != "" {
-					// The agents are still running: what the
-					// scheduler used so far is its own.
-					if c, err := procCPU(cmd.Process.Pid); err == nil {
-						r.Sched = c
-					}
-				}
-			}
-		}
-	}
+	werr := cmd.Wait()
 	r.Elapsed = time.Since(start)
 	r.Sink = sinkCPU(sink) - sink0
 	if werr != nil {
@@ -378,52 +356,21 @@ wait:
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	// wait4's usage covers the scheduler and the agents it waited for.
 	r.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	if drained == "" {
-		drained = tail.find("queue drained")
+	st, err := daemon.ReadStatsFile(statsPath)
+	if err != nil {
+		return r, fmt.Errorf("lab: %w (log: %s)", err, tailOf(logPath))
 	}
-	m := drainedRE.FindStringSubmatch(drained)
-	if m == nil {
-		return r, fmt.Errorf("lab: the scheduler logged no drain summary (log: %s)", tailOf(logPath))
+	dr := st.Drained
+	if dr == nil {
+		return r, fmt.Errorf("lab: the scheduler's figures have no drain (log: %s)", tailOf(logPath))
 	}
-	if m[1] != strconv.Itoa(v.Recipients()) || m[2] != "0" || m[3] != "0" {
-		return r, fmt.Errorf("lab: zsched delivered %s of %d recipients, failed %s, deferred %s", m[1], v.Recipients(), m[2], m[3])
+	if st.Self.CPUSeconds >= 0 {
+		r.Sched = time.Duration(st.Self.CPUSeconds * float64(time.Second))
+	}
+	if dr.Delivered != int64(v.Recipients()) || dr.Failed != 0 || dr.Deferred != 0 {
+		return r, fmt.Errorf("lab: zsched delivered %d of %d recipients, failed %d, deferred %d", dr.Delivered, v.Recipients(), dr.Failed, dr.Deferred)
 	}
 	return r, nil
-}
-
-// lineTail finds a line in a growing log, reading each byte once.
-type lineTail struct {
-	path string
-	off  int64
-	rest []byte
-}
-
-func (t *lineTail) find(word string) string {
-	f, err := os.Open(t.path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	buf := make([]byte, 256<<10)
-	for {
-		n, _ := f.ReadAt(buf, t.off)
-		if n == 0 {
-			return ""
-		}
-		t.off += int64(n)
-		b := append(t.rest, buf[:n]...)
-		last := bytes.LastIndexByte(b, '\n')
-		if last < 0 {
-			t.rest = b
-			continue
-		}
-		t.rest = append(t.rest[:0:0], b[last+1:]...)
-		for _, l := range bytes.Split(b[:last], []byte("\n")) {
-			if bytes.Contains(l, []byte(word)) {
-				return string(l)
-			}
-		}
-	}
 }
 
 // tailOf is the end of a log file, for an error message.
