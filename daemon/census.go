@@ -40,6 +40,9 @@ type censusResult struct {
 	// hosts are the recipients by host and qshape's age buckets (ages at
 	// the walk's time).
 	hosts map[string][]int
+	// peeked is how many control files the walk read (tests: files in
+	// core, being removed, or already read by the intake are not read).
+	peeked int
 }
 
 // censusState is the daemon's census; only Run's goroutine touches it.
@@ -47,10 +50,12 @@ type censusState struct {
 	last    censusResult
 	running bool
 	next    time.Time
+	walks   int // walks started (tests)
 }
 
-// censusCheck starts a walk when the core is full and the last one is
-// old enough; with room in core the last result is dropped. On the loop.
+// censusCheck starts a walk when the core is full, files wait beyond it
+// and the last walk is old enough; with room in core, or nothing beyond
+// it, the last result is dropped. On the loop.
 func (d *Daemon) censusCheck(now time.Time) {
 	c := &d.census
 	if !d.in.gate.Full(d.core) {
@@ -59,44 +64,46 @@ func (d *Daemon) censusCheck(now time.Time) {
 		}
 		return
 	}
+	if !d.in.beyond() {
+		// A full core with every known file in it (the limits fit the
+		// queue exactly, or the rest is done): a walk would read each file
+		// of the core only to find it there.
+		if !c.running {
+			c.last = censusResult{}
+		}
+		return
+	}
 	if c.running || now.Before(c.next) {
 		return
 	}
 	c.running = true
-	go d.walkCensus()
+	c.walks++
+	// The files read and waiting for room (or being read) are counted
+	// from memory at the walk's end, not read again.
+	read := make(map[string]bool, len(d.in.ready))
+	for _, r := range d.in.ready {
+		read[r.rel] = true
+	}
+	if j := d.in.inflight; j != nil {
+		for _, r := range j.out {
+			read[r.rel] = true
+		}
+	}
+	go d.walkCensus(read)
 }
 
 // walkCensus counts the spool's messages that are not in core (its own
-// goroutine) and hands the result to the loop.
-func (d *Daemon) walkCensus() {
+// goroutine) and hands the result to the loop. It reads only what the
+// daemon does not know already: the names are sorted on the loop, a batch
+// at a time, and a file in core (by its inode number, the name), being
+// removed, or read by the intake (read: the names at the walk's start) is
+// not read; the last of these are counted from the intake's memory at the
+// end.
+func (d *Daemon) walkCensus(read map[string]bool) {
+	asHelper()
 	r := censusResult{hosts: make(map[string][]int)}
 	start := time.Now()
-	err := d.walk(func(batch []onDisk, entries []QueueMessage) error {
-		for i := range entries {
-			q := &entries[i]
-			if q.InCore {
-				continue
-			}
-			r.messages++
-			r.recipients += len(q.Recipients)
-			if q.Held {
-				r.held++
-			}
-			if !q.Arrival.IsZero() && (r.oldest.IsZero() || q.Arrival.Before(r.oldest)) {
-				r.oldest = q.Arrival
-			}
-			b := ageBucket(start.Sub(q.Arrival))
-			for _, rc := range q.Recipients {
-				h := r.hosts[rc.Host]
-				if h == nil {
-					h = make([]int, len(qshapeBuckets)+1)
-					r.hosts[rc.Host] = h
-				}
-				h[b]++
-			}
-		}
-		return nil
-	}, func(string, error) {})
+	err := d.censusWalk(&r, start, read)
 	d.inLoop(func() {
 		c := &d.census
 		c.running = false
@@ -105,9 +112,107 @@ func (d *Daemon) walkCensus() {
 			d.log.Warn("counting the spool", "error", err)
 			return
 		}
-		r.at = d.now()
+		// The files still waiting for room; those admitted meanwhile are
+		// in core, those not read at the start were read by the walk.
+		now := d.now()
+		for _, o := range d.in.ready {
+			if read[o.rel] && o.err == nil && (len(o.f.ETRNs) == 0 || o.f.ID != "") {
+				q := d.describe(now, onDisk{rel: o.rel, f: o.f, qid: o.f.QueueID()})
+				r.add(&q, start)
+			}
+		}
+		r.at = now
 		c.last = r
 	}, loopWait)
+}
+
+// censusWalk is walkCensus's pass over the spool: r gets the files that
+// are neither in core, nor being removed, nor in read.
+func (d *Daemon) censusWalk(r *censusResult, start time.Time, read map[string]bool) error {
+	sc := d.spool.NewScanner()
+	defer sc.Close()
+	names := make([]string, 0, walkBatch)
+	batch := make([]onDisk, 0, walkBatch)
+	for {
+		var done bool
+		var err error
+		names, done, err = sc.Next(names[:0], walkBatch)
+		if err != nil {
+			return err
+		}
+		if len(names) > 0 {
+			var n int
+			if !d.inLoop(func() { n = d.censusUnknown(names, read) }, loopWait) {
+				return errLoop
+			}
+			names = names[:n]
+		}
+		batch = batch[:0]
+		for _, rel := range names {
+			f, data, err := d.spool.Peek(rel)
+			r.peeked++
+			if err != nil || len(f.ETRNs) > 0 && f.ID == "" {
+				continue // vanished, unreadable (the listing says so), an ETRN request
+			}
+			batch = append(batch, onDisk{rel: rel, f: f, data: data, qid: f.QueueID()})
+		}
+		if len(batch) > 0 {
+			if !d.inLoop(func() {
+				now := d.now()
+				for _, o := range batch {
+					q := d.describe(now, o)
+					if !q.InCore {
+						r.add(&q, start)
+					}
+				}
+			}, loopWait) {
+				return errLoop
+			}
+		}
+		clear(batch)
+		if done {
+			return nil
+		}
+	}
+}
+
+// censusUnknown moves to the front of names those the census must read:
+// not in core, not being removed, not read by the intake. It returns how
+// many. On the loop.
+func (d *Daemon) censusUnknown(names []string, read map[string]bool) int {
+	n := 0
+	for _, rel := range names {
+		if inum, ok := inumOf(rel); ok && d.core.Has(inum) {
+			continue
+		}
+		if _, ok := d.in.removing[rel]; ok || read[rel] {
+			continue
+		}
+		names[n] = rel
+		n++
+	}
+	return n
+}
+
+// add counts a message that is on disk only.
+func (r *censusResult) add(q *QueueMessage, start time.Time) {
+	r.messages++
+	r.recipients += len(q.Recipients)
+	if q.Held {
+		r.held++
+	}
+	if !q.Arrival.IsZero() && (r.oldest.IsZero() || q.Arrival.Before(r.oldest)) {
+		r.oldest = q.Arrival
+	}
+	b := ageBucket(start.Sub(q.Arrival))
+	for _, rc := range q.Recipients {
+		h := r.hosts[rc.Host]
+		if h == nil {
+			h = make([]int, len(qshapeBuckets)+1)
+			r.hosts[rc.Host] = h
+		}
+		h[b]++
+	}
 }
 
 // ageBucket is the qshape column of a message of age a.

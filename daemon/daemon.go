@@ -200,6 +200,7 @@ func (d *Daemon) listenNotify() error {
 	}
 	d.conn = conn
 	go func() {
+		asHelper()
 		buf := make([]byte, 4096)
 		for {
 			n, err := conn.Read(buf)

@@ -179,6 +179,15 @@ func limits(s *config.Scheduler) admission.Limits {
 
 func (in *intake) pending() int { return len(in.fifo) - in.head }
 
+// beyond reports whether files may wait on disk beyond the core: names to
+// read, files read and waiting for room, files waiting to be read again, or
+// a pass (or one owed) that may find more. Otherwise every control file
+// known is in core or being removed, and the census has nothing to count.
+func (in *intake) beyond() bool {
+	return in.pending() > 0 || len(in.ready) > 0 || in.inflight != nil || len(in.later) > 0 ||
+		in.scan != nil || in.rescan
+}
+
 func (in *intake) push(rel string) {
 	in.known[rel] = true
 	in.fifo = append(in.fifo, rel)
@@ -351,7 +360,7 @@ func (d *Daemon) intakeStep() {
 			most = startBatch
 		}
 		n := min(most, in.pending(), d.cfg.Scheduler.MessageActiveLimit-d.core.Messages()-len(in.ready))
-		var batch []fetched
+		batch := make([]fetched, 0, max(n, 0)) // n < 0: a reload lowered the limit
 		for range n {
 			rel := in.pop()
 			if inum, ok := inumOf(rel); ok && d.core.Has(inum) {

@@ -767,6 +767,7 @@ func (d *Daemon) single(req *control.Request, v opVerb, id string) {
 		return
 	}
 	go func() {
+		asHelper()
 		t, err := d.resolve(id)
 		var line string
 		if err == nil && !d.inLoop(func() {
@@ -803,6 +804,7 @@ func singleReply(v opVerb, qid, line string) control.Reply {
 // as the listing describes it (off the loop; the reply from there).
 func (d *Daemon) whyOnDisk(req *control.Request, id string) {
 	go func() {
+		asHelper()
 		o, err := d.findOnDisk(id)
 		if err != nil {
 			req.Respond(control.Fail(err.Error()))

@@ -183,6 +183,7 @@ func (j *journal) take() []byte {
 
 // run writes the buffer every journalFlush until close.
 func (j *journal) run() {
+	asHelper()
 	defer close(j.done)
 	t := time.NewTicker(journalFlush)
 	defer t.Stop()
