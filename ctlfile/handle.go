@@ -270,6 +270,11 @@ func (h *Handle) Close() error {
 	return nil
 }
 
+// FD is the Handle's read-write descriptor (-1 once closed), for a caller
+// that checks the file's identity with fstat: an agent that keeps a
+// control file open across jobs of its message.
+func (h *Handle) FD() int { return h.fd }
+
 // Release closes the Handle like Close but leaves its read-write
 // descriptor open and returns it (-1 if the Handle was closed already):
 // the caller closes it, as an agent does that closes the descriptors of

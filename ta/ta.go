@@ -23,6 +23,16 @@
 // blocked in read(2) that the runtime must notice, hand off and take back.
 // Nothing of this shows on the wire; a write to a scheduler that has gone
 // away is an error (EPIPE) that Serve returns, not a SIGPIPE.
+//
+// Consecutive jobs of one message (one per host, or the same host again
+// after a deferral) reuse its control file and message file, kept open
+// since the job before: the job's path is checked to still name the file
+// kept open (fstatat against fstat, device and inode — a number the kernel
+// cannot give another file while the agent holds this one open), and the
+// status of each recipient is read again from the file before its lock is
+// taken, as a fresh open would have read it. The files are closed when a
+// job names another message, on #idle, on a #resync and when Serve
+// returns; an agent thus holds at most one message's files between jobs.
 package ta
 
 import (
@@ -115,6 +125,10 @@ type Delivery struct {
 	state  []rcptState // by index into File.Rcpts
 	bodyFD int         // the message file, open for reading; -1 once closed
 	body   *os.File    // bodyFD as an *os.File, once Body made it
+	reused bool        // h and bodyFD were kept open from the message's last job
+	id     kept        // h's identity, as far as known (reused)
+	// resynced: the job was answered #resync; its files are not kept.
+	resynced bool
 
 	// Room for state and Rcpts of a job of few recipients, the common
 	// case: one allocation a job rather than three.
@@ -141,15 +155,22 @@ func (d *Delivery) Rcpt(i int) *ctlfile.Rcpt { return &d.File.Rcpts[i] }
 // message pays only the open and the close.
 func (d *Delivery) Body() *os.File {
 	if d.body == nil && d.bodyFD >= 0 {
+		if d.reused {
+			// Kept from the message's last job: at offset 0 again, as a
+			// fresh open would be.
+			unix.Seek(d.bodyFD, 0, io.SeekStart)
+		}
 		d.body = os.NewFile(uintptr(d.bodyFD), d.s.bodyPath(d.Path, d.File.ID))
 	}
 	return d.body
 }
 
 // BodyFD is the message file's descriptor, open for reading while the
-// delivery function runs (Serve closes it), for an agent that reads it
-// with raw system calls: it spares the *os.File that Body makes and its
-// own close. Do not close it. -1 when the file is not open.
+// delivery function runs (Serve closes it, or keeps it for the message's
+// next job), for an agent that reads it with raw system calls: it spares
+// the *os.File that Body makes and its own close. Read it with pread: its
+// offset is where the last job of the message left it. Do not close it.
+// -1 when the file is not open.
 func (d *Delivery) BodyFD() int {
 	if d.body != nil {
 		return int(d.body.Fd())
@@ -213,6 +234,8 @@ func (a *Agent) Serve(deliver func(d *Delivery) []Result) error {
 		case line == "":
 			return s.flush()
 		case line == "#idle":
+			// Nothing to do for a while: hold no message's files.
+			s.drop()
 			continue
 		case line[0] == '#':
 			s.comment("ignored %q", line)
@@ -260,6 +283,20 @@ type session struct {
 	// noCloseRange is set once close_range has failed (an old kernel, a
 	// seccomp filter): descriptors are then closed one by one.
 	noCloseRange bool
+	// kept is the message of the last job, its files still open, for
+	// the next job if it names the same control file.
+	kept kept
+}
+
+// kept is a message's files kept open between two of its jobs.
+type kept struct {
+	path   string          // the job path; "" when nothing is kept
+	h      *ctlfile.Handle // the control file
+	bodyFD int             // the message file, -1 if not kept
+	// dev and ino identify h's file (fstat), taken when a job first
+	// names it again.
+	dev, ino uint64
+	statted  bool
 }
 
 func newSession(a *Agent) *session {
@@ -298,6 +335,7 @@ func newSession(a *Agent) *session {
 
 // close releases what the session holds open.
 func (s *session) close() {
+	s.drop()
 	s.closeFinished()
 	for _, fd := range [...]int{s.dirFD, s.queueFD} {
 		if fd >= 0 {
@@ -384,6 +422,13 @@ func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
 	// absolute, unclean) by the whole path, exactly as before they
 	// existed.
 	direct := filepath.IsLocal(p) && filepath.Clean(p) == p
+	if direct && s.kept.path == p {
+		if k, ok := s.reuse(); ok {
+			d := &Delivery{File: k.h.File, Path: p, Host: host, s: s, h: k.h, bodyFD: k.bodyFD, reused: true, id: k}
+			return s.run(d, deliver)
+		}
+	}
+	s.drop()
 	h, err := s.openCtl(p, direct)
 	if err != nil {
 		if errors.Is(err, ctlfile.ErrUnknownFormat) {
@@ -396,13 +441,25 @@ func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
 		return nil
 	}
 	d := &Delivery{File: h.File, Path: p, Host: host, s: s, h: h, bodyFD: -1}
+	return s.run(d, deliver)
+}
+
+// run locks d's recipients, opens the message file unless d has it
+// already, and has them delivered.
+func (s *session) run(d *Delivery, deliver func(*Delivery) []Result) error {
+	p := d.Path
 	defer s.finish(d)
 	if !s.lock(d) {
 		s.resync(p)
+		d.resynced = true
 		return nil
+	}
+	if d.bodyFD >= 0 {
+		return s.deliver(d, deliver)
 	}
 
 	// A raw descriptor, and an *os.File only if the agent asks (Body).
+	direct := filepath.IsLocal(p) && filepath.Clean(p) == p
 	bodyFD, err := s.openBody(p, d.File.ID, direct)
 	if err != nil {
 		res := Result{Status: report.Error2, Notary: report.Notary{Action: "failed"}, Text: missingBody}
@@ -417,10 +474,15 @@ func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
 		}
 		s.comment("cannot open message file %q: %v", s.bodyPath(p, d.File.ID), err)
 		s.resync(p)
+		d.resynced = true
 		return nil
 	}
 	d.bodyFD = bodyFD
+	return s.deliver(d, deliver)
+}
 
+// deliver calls the delivery function and settles what it left.
+func (s *session) deliver(d *Delivery, deliver func(*Delivery) []Result) error {
 	for _, r := range deliver(d) {
 		d.settle(r)
 	}
@@ -498,24 +560,73 @@ func openDir(dir string) int {
 	return fd
 }
 
-// finish closes a job's files, the control file and the message file:
-// their raw descriptors are queued for closeFinished, an *os.File that
-// Body made is closed now.
+// finish keeps a job's files open for the message's next job, or closes
+// them after a #resync (the scheduler reads the file again; so shall the
+// next job). An *os.File that Body made is closed now, and the message
+// file is then not kept.
 func (s *session) finish(d *Delivery) {
-	fd, err := d.h.Release()
+	if !d.resynced {
+		k := kept{path: d.Path, h: d.h, bodyFD: d.bodyFD, dev: d.id.dev, ino: d.id.ino, statted: d.id.statted}
+		if d.body != nil {
+			d.body.Close()
+			d.body = nil
+			k.bodyFD = -1
+		}
+		d.bodyFD = -1
+		s.kept = k
+		return
+	}
+	s.release(d.h, d.bodyFD, d.body)
+	d.body, d.bodyFD = nil, -1
+}
+
+// release closes a control file and a message file (bodyFD, or body when
+// Body made it): the raw descriptors are queued for closeFinished, an
+// *os.File is closed now.
+func (s *session) release(h *ctlfile.Handle, bodyFD int, body *os.File) {
+	fd, err := h.Release()
 	if err != nil {
 		s.comment("%v", err)
 	}
 	if fd >= 0 {
 		s.closeLater(fd)
 	}
-	if d.body != nil {
-		d.body.Close()
-		d.body = nil
-	} else if d.bodyFD >= 0 {
-		s.closeLater(d.bodyFD)
+	if body != nil {
+		body.Close()
+	} else if bodyFD >= 0 {
+		s.closeLater(bodyFD)
 	}
-	d.bodyFD = -1
+}
+
+// drop closes the files kept from the last job, if any.
+func (s *session) drop() {
+	if s.kept.h == nil {
+		return
+	}
+	s.release(s.kept.h, s.kept.bodyFD, nil)
+	s.kept = kept{}
+}
+
+// reuse takes the files kept from the last job, whose path the job names
+// again, if the path still leads to the control file kept open: not if
+// the message was removed, or its files replaced (a rename over it). The
+// inode number of a file kept open is not given to another, so device and
+// inode decide. Otherwise the kept files stay for drop.
+func (s *session) reuse() (kept, bool) {
+	k := s.kept
+	var st unix.Stat_t
+	if !k.statted {
+		if err := rawsys.Fstat(k.h.FD(), &st); err != nil {
+			return kept{}, false
+		}
+		k.dev, k.ino, k.statted = st.Dev, st.Ino, true
+		s.kept = k
+	}
+	if s.dirFD == -1 || rawsys.Fstatat(s.dirFD, k.path, &st) != nil || st.Dev != k.dev || st.Ino != k.ino {
+		return kept{}, false
+	}
+	s.kept = kept{}
+	return k, true
 }
 
 // maxClosing bounds the descriptors of finished jobs held open: with the
@@ -584,14 +695,21 @@ func (s *session) lock(d *Delivery) bool {
 	f := d.File
 	for i := range f.Rcpts {
 		r := &f.Rcpts[i]
-		if r.Status != ctlfile.Pending ||
+		// A file kept from the message's last job is as old as that
+		// job: a line another agent held then may be free now (Lock
+		// reads each status byte again). Delivered and failed are final.
+		if (r.Status != ctlfile.Pending && (!d.reused || r.Status != ctlfile.Locked)) ||
 			(s.a.Channel != "" && r.Channel != s.a.Channel) ||
 			(d.Host != "" && !strings.EqualFold(r.Host, d.Host)) {
 			continue
 		}
 		// ctlfile.Open has just read the status byte: no need to read
-		// it again.
-		ok, err := d.h.LockAsRead(i, s.pid)
+		// it again, unless the file was kept open since an earlier job.
+		lock := d.h.LockAsRead
+		if d.reused {
+			lock = d.h.Lock
+		}
+		ok, err := lock(i, s.pid)
 		if err != nil {
 			s.comment("lock %s/%d: %v", d.Path, r.Offset, err)
 			continue

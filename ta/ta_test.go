@@ -922,7 +922,8 @@ func (c *conv) linesFor(job string) []string {
 }
 
 // The descriptors of finished jobs are closed by the time their reports
-// are out, and Serve leaves none open.
+// are out (but the last message's, kept for its next job: here none, its
+// job ends in #resync), and Serve leaves none open.
 func TestServeClosesFiles(t *testing.T) {
 	dir := spool(t)
 	for i := range 3 {
