@@ -3,12 +3,14 @@ package ctlfile
 // The directory scan: a resumable pass over the control files.
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // Scan calls fn for every control file: regular files with a control
@@ -40,23 +42,37 @@ const scanBatch = 1024
 // Scanner is one pass over the control files, as Scan makes it, taken a
 // few names at a time: a scheduler facing millions of queued files reads
 // names only as fast as it can admit messages, and holds no more than the
-// directories on its path and one batch of their entries. Names appear in
-// directory order. Files created or removed during the pass may or may not
-// be seen, as with readdir. A Scanner is not safe for concurrent use.
+// directories on its path and one buffer of their entries each. Names
+// appear in directory order. Files created or removed during the pass may
+// or may not be seen, as with readdir. A Scanner is not safe for
+// concurrent use.
+//
+// It reads the directories with getdents64 itself: the kernel's records
+// carry each entry's type, so a name costs one string and no lstat, where
+// os.File.ReadDir makes a DirEntry of every name besides (the census and
+// the scan list every file of a large spool). An entry whose type the file
+// system does not give (DT_UNKNOWN) is lstat'ed, as ReadDir does.
 type Scanner struct {
 	spool *Spool
 	stack []scanLevel
+	bufs  [3][]byte // getdents64 buffers, by depth
 	begun bool
 	done  bool
 }
 
 type scanLevel struct {
-	dir    *os.File
+	fd     int    // the directory, open
+	path   string // its path, for errors and its subdirectories
 	prefix string // relative path of the directory with a trailing "/", "" at the top
 	depth  int
-	ents   []os.DirEntry
+	buf    []byte // getdents64 records; buf[next:end] not yet taken
 	next   int
+	end    int
 }
+
+// direntBuf is the size of a getdents64 buffer: some 1 000 records of a
+// spool's short names per system call.
+const direntBuf = 32 << 10
 
 // NewScanner starts a pass. It opens nothing until the first Next.
 func (s *Spool) NewScanner() *Scanner { return &Scanner{spool: s} }
@@ -82,34 +98,57 @@ func (sc *Scanner) Next(dst []string, n int) (_ []string, done bool, _ error) {
 			return dst, true, nil
 		}
 		top := &sc.stack[len(sc.stack)-1]
-		if top.next == len(top.ents) {
-			ents, err := top.dir.ReadDir(scanBatch)
-			if len(ents) == 0 {
-				dir := top.dir
-				dir.Close()
+		if top.next >= top.end {
+			got, err := getdents(top.fd, top.buf)
+			if got <= 0 {
+				path := top.path
+				unix.Close(top.fd)
 				sc.stack[len(sc.stack)-1] = scanLevel{}
 				sc.stack = sc.stack[:len(sc.stack)-1]
-				if err != nil && err != io.EOF {
+				if err != nil {
 					sc.Close()
-					return dst, true, fmt.Errorf("ctlfile: scan %s: %w", dir.Name(), err)
+					return dst, true, fmt.Errorf("ctlfile: scan %s: %w", path, err)
 				}
 				continue
 			}
-			top.ents, top.next = ents, 0
+			top.next, top.end = 0, got
 		}
-		e := top.ents[top.next]
-		top.ents[top.next] = nil
-		top.next++
-		name := e.Name()
+		// A linux_dirent64: d_ino (8 bytes), d_off (8), d_reclen (2),
+		// d_type (1), then the name, NUL-terminated.
+		rec := top.buf[top.next:top.end]
+		if len(rec) < 19 {
+			top.next = top.end // cannot happen: the kernel writes whole records
+			continue
+		}
+		reclen := int(binary.NativeEndian.Uint16(rec[16:]))
+		if reclen < 19 || reclen > len(rec) {
+			top.next = top.end
+			continue
+		}
+		top.next += reclen
+		typ := rec[18]
+		name := rec[19:reclen]
+		if i := bytes.IndexByte(name, 0); i >= 0 {
+			name = name[:i]
+		}
 		switch {
-		case controlName(name):
-			if e.Type().IsRegular() {
-				dst = append(dst, top.prefix+name)
+		case controlNameBytes(name):
+			if typ == unix.DT_UNKNOWN {
+				typ = lstatType(top.fd, string(name))
+			}
+			if typ == unix.DT_REG {
+				dst = append(dst, top.prefix+string(name))
 				added++
 			}
-		case top.depth < 2 && hashLetter(name) && e.IsDir():
-			prefix, depth := top.prefix+name+"/", top.depth+1
-			if err := sc.push(filepath.Join(top.dir.Name(), name), prefix, depth); err != nil {
+		case top.depth < 2 && len(name) == 1 && hashLetter(string(name)):
+			if typ == unix.DT_UNKNOWN {
+				typ = lstatType(top.fd, string(name))
+			}
+			if typ != unix.DT_DIR {
+				continue
+			}
+			prefix, depth := top.prefix+string(name)+"/", top.depth+1
+			if err := sc.push(filepath.Join(top.path, string(name)), prefix, depth); err != nil {
 				sc.Close()
 				return dst, true, err
 			}
@@ -118,23 +157,68 @@ func (sc *Scanner) Next(dst []string, n int) (_ []string, done bool, _ error) {
 	return dst, false, nil
 }
 
+// controlNameBytes is controlName of a name still in the record buffer,
+// without making a string of every name that is not one.
+func controlNameBytes(b []byte) bool {
+	if len(b) == 0 || b[0] < '0' || b[0] > '9' {
+		return false
+	}
+	return controlName(string(b)) // a name this short is converted on the stack
+}
+
+// getdents reads directory records into buf, retrying on EINTR.
+func getdents(fd int, buf []byte) (int, error) {
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
+// lstatType is the d_type of name in the directory fd by lstat, or
+// DT_UNKNOWN when it cannot be stat'ed (it vanished): skipped.
+func lstatType(fd int, name string) uint8 {
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return unix.DT_UNKNOWN
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return unix.DT_REG
+	case unix.S_IFDIR:
+		return unix.DT_DIR
+	}
+	return unix.DT_UNKNOWN
+}
+
 // push opens a directory of the pass; one that vanished is skipped.
 func (sc *Scanner) push(dir, prefix string, depth int) error {
-	d, err := os.Open(dir)
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
 	if err != nil {
 		if depth > 0 && errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
-		return fmt.Errorf("ctlfile: scan: %w", err)
+		return fmt.Errorf("ctlfile: scan: %w", &fs.PathError{Op: "open", Path: dir, Err: err})
 	}
-	sc.stack = append(sc.stack, scanLevel{dir: d, prefix: prefix, depth: depth})
+	if sc.bufs[depth] == nil {
+		sc.bufs[depth] = make([]byte, direntBuf)
+	}
+	sc.stack = append(sc.stack, scanLevel{fd: fd, path: dir, prefix: prefix, depth: depth, buf: sc.bufs[depth]})
 	return nil
 }
 
 // Close ends the pass early and releases its directories. Idempotent.
 func (sc *Scanner) Close() error {
 	for i := range sc.stack {
-		sc.stack[i].dir.Close()
+		unix.Close(sc.stack[i].fd)
 	}
 	sc.stack = nil
 	sc.begun, sc.done = true, true

@@ -305,6 +305,13 @@ func TestScan(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(s.TransportDir(), "13"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Not regular files: a symbolic link to one, a FIFO.
+	if err := os.Symlink("1", filepath.Join(s.TransportDir(), "14")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(s.TransportDir(), "15"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var got []string
 	if err := s.Scan(func(rel string) { got = append(got, rel) }); err != nil {
 		t.Fatal(err)
