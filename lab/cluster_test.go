@@ -44,9 +44,32 @@ func TestClusterSharedIsOneScheduler(t *testing.T) {
 		t.Errorf("10 nodes against 5, shared: %+v; want the goals met", ten)
 	}
 	if tenLocal.Peak <= 10 {
-		t.Errorf("10 nodes, local windows peaked at %d sessions: the model does not load the limiter", tenLocal.Peak)
+		t.Errorf("10 nodes, local windows peaked at %d sessions: the nodes do not load the limiter", tenLocal.Peak)
 	}
 	if !strings.Contains(b.String(), "shared goal") {
 		t.Errorf("table:\n%s", b.String())
+	}
+}
+
+// TestClusterIsDeterministic: the nodes' cores run on one fake clock, so
+// a seed gives the same table every time.
+func TestClusterIsDeterministic(t *testing.T) {
+	table := func() string {
+		var rs []ClusterResult
+		for _, c := range ClusterRuns(100, 7) {
+			r, err := RunCluster(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs = append(rs, r)
+		}
+		var b bytes.Buffer
+		if err := WriteClusterTable(&b, rs); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	if a, b := table(), table(); a != b {
+		t.Fatalf("two runs of one seed differ:\n%s\n%s", a, b)
 	}
 }

@@ -17,7 +17,7 @@ func clusterLab(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	messages := fs.Int("messages", 400, "one-recipient messages per node")
 	service := fs.Duration("service", 20*time.Millisecond, "service time per message")
-	retry := fs.Duration("retry", time.Second, "retry time of a refused message (and of a dead destination)")
+	retry := fs.Duration("retry", time.Second, "retry time of a refused message (the clause interval)")
 	seed := fs.Int64("seed", 1, "random seed")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -37,8 +37,8 @@ func clusterLab(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "Cluster windows: N nodes × %d one-recipient messages each to one destination that accepts K\n", *messages)
 	fmt.Fprintf(stdout, "sessions and refuses more (421, %v); %v per message (+ up to %v), refused messages retried\n", *service/10, *service, *service/10)
 	fmt.Fprintf(stdout, "after %v; clause defaults (maxthr 20, initial 5, 1/N, failed_cohort_limit 1, learned_ceiling).\n", *retry)
-	fmt.Fprintln(stdout, "local: each node its own window; shared: one window over window.Board (the Redis book's")
-	fmt.Fprintln(stdout, "in-memory twin). A model of the nodes on a fake clock, not the real core (see lab/cluster.go).")
+	fmt.Fprintln(stdout, "local: each node its own windows; shared: one window over window.Board (the Redis book's")
+	fmt.Fprintln(stdout, "in-memory twin). Each node a real core with simulated agents, all on one fake clock (sim.Cluster).")
 	fmt.Fprintln(stdout)
 	return lab.WriteClusterTable(stdout, rs)
 }

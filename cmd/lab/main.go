@@ -28,8 +28,8 @@ commands:
   postfix    the same experiment against a real Postfix smtpd through smtp-ta
   ceiling    the learned concurrency ceiling beside Postfix's 1/N feedback: limiter,
              unlimited server, noisy server, changing limit; sim and (unless -sim) real
-  cluster    nodes sharing one destination's window (the simulator's model of
-             issue 20): local windows beside the shared window
+  cluster    nodes sharing one destination's window (issue 20): N real cores in
+             simulation on one clock, local windows beside the shared window
   simulate-validate
              scheduler simulate's predictions beside real runs: a recorded run, a knob
              changed, and a Postfix maillog (about 10 minutes)
