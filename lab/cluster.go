@@ -88,7 +88,7 @@ func (r ClusterResult) Missed() []string {
 	if float64(r.Drain) > 1.3*float64(r.Ideal()) {
 		m = append(m, "drain")
 	}
-	if r.Peak > r.Limit+1 {
+	if r.Peak > r.Limit+1 { // -1: not measured
 		m = append(m, "peak")
 	}
 	return m
@@ -239,6 +239,14 @@ func ClusterRuns(messages int, seed int64) []ClusterRun {
 	return rs
 }
 
+// measured is n, or "-" when it was not measured (negative).
+func measured(n int) string {
+	if n < 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}
+
 // WriteClusterTable prints results as one table.
 func WriteClusterTable(w io.Writer, rs []ClusterResult) error {
 	var b strings.Builder
@@ -257,9 +265,9 @@ func WriteClusterTable(w io.Writer, rs []ClusterResult) error {
 				goal = "missed: " + strings.Join(m, ", ")
 			}
 		}
-		fmt.Fprintf(&b, "%5d %8d %5d  %-7s %9.1f %8d %9s %8s %7.2f %6d %7d  %s\n",
+		fmt.Fprintf(&b, "%5d %8d %5d  %-7s %9.1f %8d %9s %8s %7.2f %6s %7s  %s\n",
 			r.Nodes, r.Nodes*r.Messages, r.Limit, kind, 100*r.FirstRefusedRate(), r.Refusals, r.Drain.Round(10*time.Millisecond),
-			r.Ideal().Round(10*time.Millisecond), float64(r.Drain)/float64(r.Ideal()), r.Peak, r.Denials, goal)
+			r.Ideal().Round(10*time.Millisecond), float64(r.Drain)/float64(r.Ideal()), measured(r.Peak), measured(r.Denials), goal)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
