@@ -2,8 +2,11 @@ package lab
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
+
+	"zsched/internal/redistest"
 )
 
 // TestClusterSharedIsOneScheduler: nodes sharing a window behave toward
@@ -71,5 +74,28 @@ func TestClusterIsDeterministic(t *testing.T) {
 	}
 	if a, b := table(), table(); a != b {
 		t.Fatalf("two runs of one seed differ:\n%s\n%s", a, b)
+	}
+}
+
+// TestClusterRealDeliversOnce: the real-process run (scheduler processes
+// over a private redis-server, testagents/limited) delivers every message
+// once, and counts its refusals at the destination: every message refused
+// at its first attempt was refused, and no more sessions than deliveries
+// and refusals. Figures are not judged: they depend on the machine's load.
+func TestClusterRealDeliversOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	redistest.Require(t)
+	p := Programs{Scheduler: bins.ProgramFor(t, "zsched/cmd/scheduler"), Limited: bins.AgentsFor(t)["limited"]}
+	c := DefaultCluster(3, 2, true)
+	c.Messages = 20
+	r, err := RunClusterReal(context.Background(), c, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", r)
+	if r.FirstRefused > r.Refusals || r.Sessions != 60+r.Refusals || r.Drain <= 0 || r.Peak != -1 {
+		t.Fatalf("figures: %+v", r)
 	}
 }
