@@ -2,8 +2,11 @@ package lab
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
+
+	"zsched/internal/redistest"
 )
 
 // TestClusterSharedIsOneScheduler: nodes sharing a window behave toward
@@ -44,9 +47,55 @@ func TestClusterSharedIsOneScheduler(t *testing.T) {
 		t.Errorf("10 nodes against 5, shared: %+v; want the goals met", ten)
 	}
 	if tenLocal.Peak <= 10 {
-		t.Errorf("10 nodes, local windows peaked at %d sessions: the model does not load the limiter", tenLocal.Peak)
+		t.Errorf("10 nodes, local windows peaked at %d sessions: the nodes do not load the limiter", tenLocal.Peak)
 	}
 	if !strings.Contains(b.String(), "shared goal") {
 		t.Errorf("table:\n%s", b.String())
+	}
+}
+
+// TestClusterIsDeterministic: the nodes' cores run on one fake clock, so
+// a seed gives the same table every time.
+func TestClusterIsDeterministic(t *testing.T) {
+	table := func() string {
+		var rs []ClusterResult
+		for _, c := range ClusterRuns(100, 7) {
+			r, err := RunCluster(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs = append(rs, r)
+		}
+		var b bytes.Buffer
+		if err := WriteClusterTable(&b, rs); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	if a, b := table(), table(); a != b {
+		t.Fatalf("two runs of one seed differ:\n%s\n%s", a, b)
+	}
+}
+
+// TestClusterRealDeliversOnce: the real-process run (scheduler processes
+// over a private redis-server, testagents/limited) delivers every message
+// once, and counts its refusals at the destination: every message refused
+// at its first attempt was refused, and no more sessions than deliveries
+// and refusals. Figures are not judged: they depend on the machine's load.
+func TestClusterRealDeliversOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	redistest.Require(t)
+	p := Programs{Scheduler: bins.ProgramFor(t, "zsched/cmd/scheduler"), Limited: bins.AgentsFor(t)["limited"]}
+	c := DefaultCluster(3, 2, true)
+	c.Messages = 20
+	r, err := RunClusterReal(context.Background(), c, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", r)
+	if r.FirstRefused > r.Refusals || r.Sessions != 60+r.Refusals || r.Drain <= 0 || r.Peak != -1 {
+		t.Fatalf("figures: %+v", r)
 	}
 }

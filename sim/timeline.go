@@ -8,7 +8,7 @@ import (
 // Timeline is a fake clock's queue of future events: Pop gives them in
 // time order, and events due at the same time in the order they were
 // posted, so a simulation runs the same way every time. The simulator,
-// the replay driver and the lab's cluster model share it.
+// the replay driver and the lab share it.
 type Timeline[T any] struct {
 	q   timelineHeap[T]
 	seq uint64

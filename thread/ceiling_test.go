@@ -101,6 +101,34 @@ func TestCeilingLearnsALimiter(t *testing.T) {
 	}
 }
 
+// TestCeilingProbesCostLittleAtALowLimit: against 2 sessions, a
+// confirmed ceiling's probes are as far apart as at 5 (ProbeFactor × 5
+// deliveries), not 10 × 2 + 1: at most about 2 % refused once learned,
+// where the factor alone refused one in 21.
+func TestCeilingProbesCostLittleAtALowLimit(t *testing.T) {
+	// The helper's limiter refuses every delivery above the limit, even
+	// when fewer are busy: start at the limit, and never dead.
+	two := func(int) int { return 2 }
+	w := learning(true)
+	w.Initial, w.Concurrency, w.CohortLimit = 2, 2, 0
+	limiter(&w, two, 500, epoch, nil) // learn and confirm the ceiling
+	if c, ok := w.LearnedCeiling(epoch); c != 2 || !ok {
+		t.Fatalf("ceiling %d (confirmed %v), want 2 confirmed", c, ok)
+	}
+	refused := limiter(&w, two, 5000, epoch, nil)
+	t.Logf("refused %d of 5000 at a confirmed ceiling of 2", refused)
+	if refused > 5000/50 {
+		t.Fatalf("refused %d of 5000 at a confirmed ceiling of 2, want at most one in 51", refused)
+	}
+	// Above the floor the factor alone decides, as before.
+	five := func(int) int { return 5 }
+	w = learning(true)
+	limiter(&w, five, 500, epoch, nil)
+	if refused := limiter(&w, five, 5100, epoch, nil); refused != 100 {
+		t.Fatalf("refused %d of 5100 at a confirmed ceiling of 5, want one in 51", refused)
+	}
+}
+
 // TestCeilingFollowsAChangingLimit: the limit rises from 5 to 10, then
 // falls back to 5. The window reaches 10 within a bounded number of
 // deliveries (a slow probe, a pseudo-cohort to raise the ceiling, then

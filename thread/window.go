@@ -86,6 +86,14 @@ const confirmedStrikes = 2
 // other nodes' deliveries go on being judged meanwhile.
 const promptRefusal = 2
 
+// probeFloor keeps a confirmed ceiling's probes at least ProbeFactor ×
+// probeFloor deliveries apart, as they are at a ceiling of 5 under 1/N
+// feedback. Each probe costs one refused delivery, so the factor alone
+// (one probe in ProbeFactor × ceiling + 1 deliveries) would make a low
+// ceiling expensive: 1 in 21 at ceiling 2 with the default 10, against 1
+// in 51 (2 %) at 5 and above.
+const probeFloor = 5
+
 // NewWindow returns a window at the clause's initial concurrency.
 func NewWindow(c *config.Clause) Window {
 	w := Window{
@@ -121,7 +129,8 @@ func (w *Window) Dead() bool { return w.Concurrency == 0 }
 // takes more, and the ceiling rises to the window, unconfirmed. At or
 // above a confirmed ceiling positive feedback is divided by the probe
 // factor, so the window tests the limit once in factor times as many
-// deliveries as Postfix's.
+// deliveries as Postfix's, and never more often than once in factor ×
+// probeFloor.
 func (w *Window) Succeeded(busy int, now time.Time) {
 	w.FailCohorts = 0
 	if w.Concurrency == 0 {
@@ -143,7 +152,7 @@ func (w *Window) Succeeded(busy int, now time.Time) {
 	}
 	g := w.Positive.Of(float64(w.Concurrency))
 	if w.Confirmed() && w.Concurrency >= w.Ceiling {
-		g /= float64(w.ProbeFactor)
+		g = min(g/float64(w.ProbeFactor), 1/float64(w.ProbeFactor*probeFloor))
 	}
 	w.Success += g
 	// Hysteresis: concurrency grows at the end of 1/g steps. The loop

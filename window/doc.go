@@ -61,7 +61,8 @@
 //
 // Flush and hold stay per node: the Book is only asked for sessions.
 //
-// Not yet: lab/cluster.go models N nodes over one Board with agents of its
-// own; N real sim cores over one Board (each node's Outbox handed to the
-// Board's Node) would measure the core's own scheduling instead.
+// The lab's cluster experiment (lab/cluster.go) runs N real cores in
+// simulation over one Board (sim.Cluster: each core's book is the Board's
+// Node, answered at once, and the Free events others leave are handed to
+// it after every step).
 package window

@@ -16,6 +16,7 @@ import "github.com/redis/go-redis/v9"
 // epoch (DESIGN §13 on clock skew).
 const prelude = `
 local RO = 1e-9 -- thread.roundoff
+local PROBE_FLOOR = 5 -- thread.probeFloor
 local function F(x) return string.format('%.17g', x) end
 local function I(x) return string.format('%d', x) end
 
@@ -85,7 +86,7 @@ local function succeeded(w, p, busy, now)
   end
   if w.c >= p.max or w.c >= busy + p.initial then return end
   local g = of(p.pk, p.pv, w.c)
-  if w.ceil > 0 and w.str >= 2 and w.c >= w.ceil then g = g / p.probe end
+  if w.ceil > 0 and w.str >= 2 and w.c >= w.ceil then g = math.min(g / p.probe, 1 / (p.probe * PROBE_FLOOR)) end
   w.s = w.s + g
   while w.s >= 1 - RO do
     w.c = w.c + 1

@@ -2,6 +2,7 @@
 //
 //	lab feedback [-real] [flags]   Postfix's active-limiter experiment (SCHEDULER_README)
 //	lab ceiling [-sim]             the learned concurrency ceiling beside Postfix's 1/N
+//	lab cluster [-real]            nodes with their own windows beside one shared window
 //	lab soak [-minutes N]          issue 16's hostile battery against a live scheduler
 //	lab smtp-vs-postfix [flags]    one queue delivered over SMTP by zsched and by Postfix
 //	lab null-vs-postfix [flags]    one queue drained by zsched's and Postfix's null agents
@@ -28,8 +29,9 @@ commands:
   postfix    the same experiment against a real Postfix smtpd through smtp-ta
   ceiling    the learned concurrency ceiling beside Postfix's 1/N feedback: limiter,
              unlimited server, noisy server, changing limit; sim and (unless -sim) real
-  cluster    nodes sharing one destination's window (the simulator's model of
-             issue 20): local windows beside the shared window
+  cluster    nodes sharing one destination's window (issue 20): N real cores in
+             simulation on one clock, or with -real scheduler processes over a private
+             redis-server; local windows beside the shared window
   simulate-validate
              scheduler simulate's predictions beside real runs: a recorded run, a knob
              changed, and a Postfix maillog (about 10 minutes)

@@ -16,7 +16,7 @@
 // destination, each taken with flock(LOCK_EX|LOCK_NB): the limit holds
 // across processes, and a killed agent's slot is freed by the kernel.
 //
-//	limited -c channel -slots DIR [-k 5] [-kfile FILE] [-noise N] [-d 20ms] [-log FILE] [host]
+//	limited -c channel -slots DIR [-k 5] [-kfile FILE] [-noise N] [-d 20ms] [-log FILE] [-refused FILE] [host]
 //
 // With -kfile, the limit is read from FILE (a decimal number, at most -k)
 // at every job, so a test can raise or lower it mid-run by rewriting the
@@ -26,7 +26,9 @@
 //
 // With -log, each delivered recipient is appended to FILE as
 // "inum/offset user" (one write each, O_APPEND), so tests can count
-// deliveries and duplicates.
+// deliveries and duplicates. With -refused, each refused recipient is
+// appended to its FILE the same way, so the lab counts refusals and
+// first attempts refused from the destination's side.
 package main
 
 import (
@@ -54,6 +56,7 @@ func main() {
 	logPath := fs.String("log", "", "append delivered recipients to this file")
 	kfile := fs.String("kfile", "", "read the current limit (at most -k) from this file at every job")
 	noise := fs.Int("noise", 0, "one session in this many fails its handshake (0 = none)")
+	refusedPath := fs.String("refused", "", "append refused recipients to this file")
 	a, err := ta.ParseFlags(fs, os.Args[1:], "")
 	if err != nil {
 		fail(err)
@@ -74,10 +77,27 @@ func main() {
 		defer f.Close()
 		sink.Log = f
 	}
+	var refusedLog *os.File
+	if *refusedPath != "" {
+		refusedLog, err = os.OpenFile(*refusedPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			fail(err)
+		}
+		defer refusedLog.Close()
+	}
 	rng := rand.New(rand.NewSource(time.Now().UnixNano() ^ int64(os.Getpid())))
 	err = a.Serve(func(d *ta.Delivery) []ta.Result {
 		refuse := func(text string) []ta.Result {
 			res := make([]ta.Result, 0, len(d.Rcpts))
+			if refusedLog != nil {
+				var b strings.Builder
+				for _, i := range d.Rcpts {
+					fmt.Fprintf(&b, "%d/%d %s\n", d.File.Inum, d.Rcpt(i).Offset, d.Rcpt(i).User)
+				}
+				// One write: the lines of a job stay together. A failed
+				// write loses a count, never mail.
+				_, _ = refusedLog.WriteString(b.String())
+			}
 			for _, i := range d.Rcpts {
 				res = append(res, ta.Result{Rcpt: i, Status: report.DeferAll, Text: text,
 					Notary: report.Notary{Recipient: d.Rcpt(i).User, Action: "failed",

@@ -66,9 +66,10 @@ func TestAgentRefusesWhenFull(t *testing.T) {
 	}
 	slots := filepath.Join(t.TempDir(), "slots")
 	logf := filepath.Join(t.TempDir(), "delivered")
+	refusedf := filepath.Join(t.TempDir(), "refused")
 	run := func() []report.Line {
 		t.Helper()
-		cmd := exec.Command(bin, "-c", "smtp", "-slots", slots, "-k", "2", "-d", "1ms", "-log", logf)
+		cmd := exec.Command(bin, "-c", "smtp", "-slots", slots, "-k", "2", "-d", "1ms", "-log", logf, "-refused", refusedf)
 		cmd.Dir = sp.TransportDir()
 		cmd.Stdin = strings.NewReader(rel + "\tlimited.test\n")
 		var out bytes.Buffer
@@ -137,6 +138,16 @@ func TestAgentRefusesWhenFull(t *testing.T) {
 	}
 	if got := strings.Count(string(b), "\n"); got != 2 {
 		t.Fatalf("delivery log has %d lines, want 2:\n%s", got, b)
+	}
+	// The refused job's two recipients, once each (the delivered ones
+	// are not refusals).
+	b, err = os.ReadFile(refusedf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(b); strings.Count(got, "\n") != 2 || !strings.Contains(got, " a@limited.test\n") ||
+		!strings.Contains(got, " b@limited.test\n") {
+		t.Fatalf("refusal log:\n%s\nwant a@ and b@ once each", got)
 	}
 }
 
