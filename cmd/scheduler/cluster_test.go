@@ -263,8 +263,8 @@ func TestClusterSharesOneWindow(t *testing.T) {
 	// the limit on every node; the shared window starts at 5 and probes
 	// once for the cluster.
 	// Refusals are measured, not judged here: how many depends on the
-	// machine's load (README, "Running several nodes": about 10 shared,
-	// about 60 with local windows, on a loaded 2-core machine).
+	// machine's load (README, "Running several nodes", and `lab cluster
+	// -real`: about 10 shared, about 40 with local windows at 5 sessions).
 	t.Logf("%d refusals for %d messages", cs.refusals(), perNode*3)
 	// The window lived in the store, learned from every node's reports;
 	// shutdown released every lease.
