@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"zsched/core"
 	"zsched/report"
 	"zsched/sim"
 )
@@ -62,5 +63,71 @@ func TestCeilingPersistsAcrossRestartAndExpires(t *testing.T) {
 	late := d.Window.CeilingAt.Add(time.Duration(cfg.Clauses[0].CeilingTTL) + time.Second)
 	if tv, _ := s.Core.Thread(late, "smtp", "lim.test"); tv.Ceiling != 0 {
 		t.Fatalf("ceiling %d still shown past ceiling_ttl", tv.Ceiling)
+	}
+}
+
+// TestRefusedProbeIsRetriedAtOnce: past a confirmed ceiling the window
+// probes the limit now and then, and the limiter refuses the probe. That
+// refusal is the limit speaking, not the site failing: its recipients are
+// due again at once (fed within the window the refusal brought back to
+// the ceiling), not at their retry time ten minutes later, and the queue
+// drains at the limiter's pace. A site that then refuses every session is
+// failing: its recipients wait for their retry times (no loop of at-once
+// retries), and the destination dies as Postfix's would.
+func TestRefusedProbeIsRetriedAtOnce(t *testing.T) {
+	var s *sim.Sim
+	down := false
+	sessions := 0
+	s = sim.New(feedbackConfig(t, ""), func(j sim.Job) sim.Response {
+		sessions++
+		if down {
+			return refuse(j)
+		}
+		return limited5(s)(j)
+	}, 1)
+	s.Check = true
+	const msgs = 400
+	for i := 0; i < msgs; i++ {
+		s.Enqueue(fmt.Sprintf("smtp/limited.test/u%d", i))
+	}
+	// 400 one-second sessions, 5 at a time: 80 s at the limiter's pace.
+	// The two refusals that teach and confirm the ceiling wait for their
+	// retry time (10m); every later one is a probe past the confirmed
+	// ceiling, due again at once.
+	s.Run(2 * time.Minute)
+	var refused []core.Outcome
+	for _, o := range s.Outcomes {
+		if o.Status == report.DeferAll.String() {
+			refused = append(refused, o)
+		}
+	}
+	if d, _ := dest(s, "limited.test"); d.Window.Ceiling != 5 || d.Window.Strikes != 2 {
+		t.Fatalf("learned %+v, want the confirmed ceiling 5", d.Window)
+	}
+	if len(refused) < 4 {
+		t.Fatalf("%d refusals: the window did not probe past its ceiling", len(refused))
+	}
+	for i, o := range refused {
+		at := sim.Epoch.Add(o.Delay)
+		if atOnce := !o.Next.After(at); atOnce != (i >= 2) {
+			t.Errorf("refusal %d of %d (%s at +%v): next try at +%v", i+1, len(refused), o.User, o.Delay, o.Next.Sub(sim.Epoch))
+		}
+	}
+	if p := s.Pending(); len(p) > 2 {
+		t.Fatalf("%d recipients pending at 2 minutes (%v), want only the 2 that taught the ceiling", len(p), p)
+	}
+	s.Run(15 * time.Minute)
+	checkAllDelivered(t, s, msgs)
+
+	down, sessions = true, 0
+	for i := 0; i < 20; i++ {
+		s.Enqueue(fmt.Sprintf("smtp/limited.test/late%d", i))
+	}
+	s.Run(s.Now.Sub(sim.Epoch) + time.Minute)
+	if sessions > 10 {
+		t.Fatalf("%d sessions in a minute to a site refusing every one: refusals retried at once in a loop", sessions)
+	}
+	if tv, _ := s.Core.Thread(s.Now, "smtp", "limited.test"); !tv.Backoff.After(s.Now) {
+		t.Fatalf("a site refusing everything is not dead after %d sessions: %+v", sessions, tv)
 	}
 }

@@ -115,6 +115,8 @@ func (s *Core) finish(a *agent, e entry, now time.Time, why string) {
 	// An agent that died of a broken transport delivered nothing: negative
 	// feedback, never success (throttle.go).
 	failed := siteFailed || a.failed
+	// Judged before the feedback, which brings the window back down.
+	limited := siteFailed && !a.failed && siteAt.IsZero() && t != nil && probeRefused(t)
 	if a.failed && t != nil {
 		t.LastText = "transport failed: " + why
 	}
@@ -143,6 +145,10 @@ func (s *Core) finish(a *agent, e entry, now time.Time, why string) {
 			next = now
 		case failed && t != nil && t.BackingOff(now):
 			next = t.BackoffUntil // the destination is dead
+		case limited:
+			// The destination's limit refused a probe: due at once, fed
+			// when the window has room; its retry index stands.
+			next = now
 		case siteFailed && siteAt.After(now):
 			next = siteAt // the agent's retryat
 		default:

@@ -62,6 +62,22 @@ func (s *Core) siteFailure(t *thread.Thread, l report.Line, now time.Time) time.
 	return time.Time{}
 }
 
+// probeRefused reports whether a site failure on t, judged now, is a
+// probe of its learned limit refused: the window stands above a confirmed
+// ceiling (thread.Window.learn), so the session refused is the one the
+// destination's concurrency limit was expected to refuse, and the site is
+// not failing. Its recipients are due again at once rather than at their
+// retry time: they are fed within the window the refusal brings back to
+// the ceiling, where the limit takes them. Waiting out the retry schedule
+// instead leaves them to trickle out after everything else (a 1 s
+// interval under the default skew is a retry almost 2 s later, thread.
+// Schedule's MinRetry rule), the whole drain tail of lab cluster. A
+// refusal at or below the ceiling (noise, or a limit that fell) takes its
+// confirmation away, so this cannot retry a failing site in a loop.
+func probeRefused(t *thread.Thread) bool {
+	return t.Window.Confirmed() && t.Window.Limit() > t.Window.Ceiling
+}
+
 func (s *Core) schedule(c *config.Clause) thread.Schedule {
 	return thread.Schedule{Interval: c.Interval.D(), Retries: c.Retries, Skew: c.Skew}
 }
