@@ -191,6 +191,10 @@ var postfixMeasured = map[string]string{
 }
 
 // clause is the scheduler.toml clause of the experiment's destination.
+// Without slow start in either mode: the feedback experiments reproduce
+// Postfix 2.5, which opens the initial window at once, and the ceiling's
+// are measured against them from the same start (lab cluster measures
+// slow start).
 func (l Limiter) clause(argv ...string) string {
 	q := make([]string, len(argv))
 	for i, a := range argv {
@@ -209,6 +213,7 @@ positive_feedback = %q
 negative_feedback = %q
 failed_cohort_limit = 1
 learned_ceiling = %t
+slow_start = false
 order = "fifo"
 `, strings.Join(q, ", "), l.ClientLimit, l.ClientLimit, l.Initial, l.Feedback, l.Feedback, l.Ceiling)
 }

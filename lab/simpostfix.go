@@ -114,12 +114,13 @@ func inject(ctx context.Context, addr string, i, rcpts int) error {
 
 // PostfixSimConfig is the configuration a Postfix maillog is simulated
 // with: zsched's defaults, or (postfixLike) Postfix's own policy — 1/N
-// feedback both ways (zsched's default too), no learned ceiling. The
+// feedback both ways (zsched's default too), no learned ceiling, the
+// initial window at once (no slow start). The
 // postoffice and command are never used by the simulator.
 func PostfixSimConfig(postfixLike bool) string {
 	s := "[scheduler]\npostoffice = \"/nonexistent\"\n\n[[clause]]\nselect = \"smtp/*\"\ncommand = \"smtp\"\n"
 	if postfixLike {
-		s += "positive_feedback = \"1/concurrency\"\nnegative_feedback = \"1/concurrency\"\nlearned_ceiling = false\n"
+		s += "positive_feedback = \"1/concurrency\"\nnegative_feedback = \"1/concurrency\"\nlearned_ceiling = false\nslow_start = false\n"
 	}
 	return s
 }

@@ -29,6 +29,14 @@ const roundoff = 1e-9
 //     else the initial concurrency ("best concurrency is anyone's guess"):
 //     not to a single probe.
 //
+// Beyond Postfix, a window that has had no feedback yet starts slow
+// (slow_start, after TCP): it allows one session, and one more each time
+// as many deliveries as it allows got through, until it reaches the
+// initial concurrency; the first failure ends the slow start where it is
+// and Postfix's feedback governs from there. So a destination never reached is not sent initial_concurrency
+// sessions at once before one of them has got through: against a limit
+// below the initial window, Postfix's burst overshoots it at once.
+//
 // Beyond Postfix, a window learns a ceiling (learned_ceiling): the
 // destination's own limit, from its refusals, so that a server with an
 // active limiter is not re-tested every pseudo-cohort (Postfix's 1/N defers
@@ -57,6 +65,11 @@ type Window struct {
 	Clean     int
 	CeilingAt time.Time // when the ceiling was learned, last confirmed or raised
 
+	// Starting: the window is in its slow start (SlowStart), short of
+	// the initial concurrency, with no failure yet; Success counts the
+	// deliveries towards its next step.
+	Starting bool
+
 	Max         int // maxthr: the destination concurrency limit
 	Initial     int // initial_concurrency
 	Positive    config.Feedback
@@ -66,6 +79,7 @@ type Window struct {
 	Learn       bool          // learned_ceiling
 	ProbeFactor int           // ceiling_probe_factor
 	TTL         time.Duration // ceiling_ttl; 0 = never forgotten
+	SlowStart   bool          // slow_start
 
 	// Nodes is how many scheduler nodes share the window (DESIGN §13;
 	// 0 or 1: this node alone), set by the book before each judgement.
@@ -105,9 +119,20 @@ func NewWindow(c *config.Clause) Window {
 		Learn:       c.LearnedCeiling,
 		ProbeFactor: max(c.CeilingProbeFactor, 1),
 		TTL:         time.Duration(c.CeilingTTL),
+		SlowStart:   c.SlowStart,
 	}
-	w.Concurrency = min(w.Initial, w.Max)
+	w.Start()
 	return w
+}
+
+// Start puts the window where a new destination starts: at the initial
+// concurrency, or at 1 in slow start.
+func (w *Window) Start() {
+	w.Concurrency = min(w.Initial, w.Max)
+	w.Starting = w.SlowStart && w.Concurrency > 1
+	if w.Starting {
+		w.Concurrency = 1
+	}
 }
 
 // Limit is how many agents may work the destination at once: 0 while it
@@ -135,6 +160,22 @@ func (w *Window) Succeeded(busy int, now time.Time) {
 	w.FailCohorts = 0
 	if w.Concurrency == 0 {
 		w.Revive(busy)
+		return
+	}
+	if w.Starting {
+		// Slow start: one more session once a window's worth of
+		// deliveries got through (Success counts them), up to the
+		// initial window, where Postfix's feedback takes over. One per
+		// success, TCP's doubling, would overshoot: successes judged at
+		// one instant each open a session before any of them is refused.
+		w.Success += 1 / float64(w.Concurrency)
+		if w.Success >= 1-roundoff {
+			w.Concurrency++
+			w.Success = 0
+		}
+		if w.Concurrency >= min(w.Initial, w.Max) {
+			w.Concurrency, w.Starting, w.Success = min(w.Initial, w.Max), false, 0
+		}
 		return
 	}
 	w.expire(now)
@@ -170,6 +211,11 @@ func (w *Window) Succeeded(busy int, now time.Time) {
 // failure, judged at now. It reports whether this failure declared the
 // destination dead.
 //
+// A failure in slow start ends it, and weighs as one delivery of a
+// pseudo-cohort of the initial window's size: the window in slow start
+// is short of it only by caution, and a destination must not be declared
+// dead sooner for it (at a window of 1 one failure is a whole cohort).
+//
 // With learned_ceiling, the failure at window W first teaches the ceiling
 // (before Postfix's feedback lowers the window):
 //   - no ceiling, or W above ceiling+1: the limit is W-1, one strike;
@@ -185,10 +231,14 @@ func (w *Window) Failed(now time.Time) (died bool) {
 		return false
 	}
 	w.expire(now)
+	cohort := w.Concurrency
+	if w.Starting {
+		w.Starting, w.Success, cohort = false, 0, min(w.Initial, w.Max)
+	}
 	if w.Learn {
 		w.learn(now)
 	}
-	w.FailCohorts += 1 / float64(w.Concurrency)
+	w.FailCohorts += 1 / float64(cohort)
 	if w.CohortLimit > 0 && w.FailCohorts >= float64(w.CohortLimit)-roundoff {
 		w.Concurrency = 0
 		return true
@@ -269,10 +319,13 @@ func (w *Window) Revive(busy int) {
 }
 
 // Fresh reports whether the window holds nothing learned: it is where a
-// new destination starts.
+// new destination starts. A window past its slow start is not: the
+// destination has been reached, and its next thread need not start slow.
 func (w *Window) Fresh() bool {
-	return w.Concurrency == min(w.Initial, w.Max) && w.Success == 0 && w.Failure == 0 && w.FailCohorts == 0 &&
-		w.Ceiling == 0
+	start := *w
+	start.Start()
+	return w.Concurrency == start.Concurrency && w.Starting == start.Starting && w.Success == 0 && w.Failure == 0 &&
+		w.FailCohorts == 0 && w.Ceiling == 0
 }
 
 // WindowState is the learned part of a Window: what a restart should not
@@ -285,12 +338,13 @@ type WindowState struct {
 	Ceiling     int // 0 = none
 	Strikes     int
 	CeilingAt   time.Time
+	Starting    bool // in slow start
 }
 
 // State returns the learned part of w.
 func (w *Window) State() WindowState {
 	return WindowState{Concurrency: w.Concurrency, Success: w.Success, Failure: w.Failure, FailCohorts: w.FailCohorts,
-		Ceiling: w.Ceiling, Strikes: w.Strikes, CeilingAt: w.CeilingAt}
+		Ceiling: w.Ceiling, Strikes: w.Strikes, CeilingAt: w.CeilingAt, Starting: w.Starting}
 }
 
 // Restore sets the learned part of w from s, clamped to w's current limit
@@ -305,6 +359,7 @@ func (w *Window) Restore(s WindowState) {
 	}
 	w.Concurrency = min(s.Concurrency, w.Max)
 	w.Success, w.Failure, w.FailCohorts = s.Success, s.Failure, s.FailCohorts
+	w.Starting = s.Starting && w.SlowStart && w.Concurrency > 0
 	w.Ceiling, w.Strikes, w.CeilingAt = 0, 0, time.Time{}
 	if w.Learn && s.Ceiling > 0 {
 		w.Ceiling, w.Strikes, w.CeilingAt = min(s.Ceiling, w.Max), s.Strikes, s.CeilingAt

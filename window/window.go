@@ -37,13 +37,14 @@ type Params struct {
 	Learn       bool
 	ProbeFactor int
 	TTL         time.Duration // ceiling_ttl; 0 = never forgotten
+	SlowStart   bool          // slow_start
 }
 
 // ParamsOf returns the window settings of a clause.
 func ParamsOf(c *config.Clause) Params {
 	w := thread.NewWindow(c)
 	return Params{Max: w.Max, Initial: w.Initial, Positive: w.Positive, Negative: w.Negative,
-		CohortLimit: w.CohortLimit, Learn: w.Learn, ProbeFactor: w.ProbeFactor, TTL: w.TTL}
+		CohortLimit: w.CohortLimit, Learn: w.Learn, ProbeFactor: w.ProbeFactor, TTL: w.TTL, SlowStart: w.SlowStart}
 }
 
 // Normal applies thread.NewWindow's lower bounds: what every book
@@ -58,7 +59,7 @@ func (p Params) New() thread.Window {
 	p = p.Normal()
 	w := thread.Window{}
 	p.Apply(&w)
-	w.Concurrency = min(p.Initial, p.Max)
+	w.Start()
 	return w
 }
 
@@ -70,7 +71,9 @@ func (p Params) Apply(w *thread.Window) {
 	p = p.Normal()
 	w.Max, w.Initial, w.Positive, w.Negative = p.Max, p.Initial, p.Positive, p.Negative
 	w.CohortLimit, w.Learn, w.ProbeFactor, w.TTL = p.CohortLimit, p.Learn, p.ProbeFactor, p.TTL
+	w.SlowStart = p.SlowStart
 	w.Concurrency = min(w.Concurrency, w.Max)
+	w.Starting = w.Starting && w.SlowStart
 	if !w.Learn {
 		w.Ceiling, w.Strikes, w.Calm, w.Clean, w.CeilingAt = 0, 0, 0, 0, time.Time{}
 	}

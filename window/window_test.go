@@ -109,6 +109,8 @@ var paramSets = []string{
 	"positive_feedback = \"1\"\nnegative_feedback = \"1\"\nfailed_cohort_limit = 2",
 	"failed_cohort_limit = 0\nmaxthr = 7\ninitial_concurrency = 2",
 	"ceiling_probe_factor = 3\nceiling_ttl = \"10m\"",
+	"slow_start = true",
+	"slow_start = true\npositive_feedback = \"1\"\ninitial_concurrency = 9\nfailed_cohort_limit = 2",
 }
 
 // TestLocalIsTheCoresWindow drives Local and the core's own window with

@@ -444,17 +444,21 @@ func (b *Book) destKeys(d window.Dest, nodes bool) []string {
 	return k
 }
 
-// args are a script's ARGV 1–13: the time, the lease, the node and the
+// args are a script's ARGV 1–14: the time, the lease, the node and the
 // destination's settings.
 func (b *Book) args(ms int64, p window.Params) []any {
 	p = p.Normal()
-	learn := "0"
-	if p.Learn {
-		learn = "1"
-	}
 	return []any{ms, b.cfg.Lease.Milliseconds(), b.cfg.Node, p.Max, p.Initial,
 		int(p.Positive.Kind), fmtFloat(p.Positive.Value), int(p.Negative.Kind), fmtFloat(p.Negative.Value),
-		p.CohortLimit, learn, p.ProbeFactor, p.TTL.Milliseconds()}
+		p.CohortLimit, flag(p.Learn), p.ProbeFactor, p.TTL.Milliseconds(), flag(p.SlowStart)}
+}
+
+// flag is a boolean as the scripts read it.
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // fmtFloat writes f so that Lua's tonumber reads the same double.
@@ -655,8 +659,8 @@ func parse(cmd *redis.Cmd) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	if len(vs) != 18 {
-		return reply{}, fmt.Errorf("answer of %d fields, want 18", len(vs))
+	if len(vs) != 19 {
+		return reply{}, fmt.Errorf("answer of %d fields, want 19", len(vs))
 	}
 	var r reply
 	var errs []error
@@ -685,7 +689,8 @@ func parse(cmd *redis.Cmd) (reply, error) {
 	r.revived, r.died = i(2) == 1, i(4) == 1
 	r.from, r.live, r.nodes = int(i(3)), int(i(5)), int(i(6))
 	r.w = thread.Window{Concurrency: int(i(7)), Success: f(8), Failure: f(9), FailCohorts: f(10),
-		Ceiling: int(i(11)), Strikes: int(i(12)), Calm: int(i(13)), Clean: int(i(14)), CeilingAt: ms(15)}
+		Ceiling: int(i(11)), Strikes: int(i(12)), Calm: int(i(13)), Clean: int(i(14)), CeilingAt: ms(15),
+		Starting: i(18) == 1}
 	r.dead = ms(16)
 	if by := strings.Fields(vs[17]); len(by)%2 == 0 {
 		for k := 0; k < len(by); k += 2 {
@@ -843,7 +848,7 @@ func (b *Book) reconcile() {
 			dead = st.DeadUntil.UnixMilli()
 		}
 		seed.EvalSha(ctx, pipe, []string{b.key(d, "w")}, now.UnixMilli(), w.Concurrency, fmtFloat(w.Success),
-			fmtFloat(w.Failure), fmtFloat(w.FailCohorts), w.Ceiling, w.Strikes, cat, dead)
+			fmtFloat(w.Failure), fmtFloat(w.FailCohorts), w.Ceiling, w.Strikes, cat, dead, flag(w.Starting))
 	}
 	_, err := pipe.Exec(ctx)
 	cancel()

@@ -212,7 +212,7 @@ func (r *ref) report(failed bool, until, now time.Time) {
 // and its nodes.
 func TestBookIsOneWindow(t *testing.T) {
 	srv := redistest.New(t)
-	for pi, ps := range []string{"", "positive_feedback = \"1/sqrt_concurrency\"\nfailed_cohort_limit = 2", "initial_concurrency = 2\nmaxthr = 6"} {
+	for pi, ps := range []string{"", "positive_feedback = \"1/sqrt_concurrency\"\nfailed_cohort_limit = 2", "initial_concurrency = 2\nmaxthr = 6\nslow_start = true"} {
 		t.Run(fmt.Sprint("params", pi), func(t *testing.T) {
 			p := clauseParams(t, ps)
 			clk := newClock(epoch)

@@ -26,10 +26,10 @@ local p = params()
 local w = load(KEYS[1], p)
 apply(w, p)
 local died = 0
-if ARGV[14] == '1' then
-  if failed(w, p, p.now, tonumber(ARGV[16])) then died = 1 end
+if ARGV[15] == '1' then
+  if failed(w, p, p.now, tonumber(ARGV[17])) then died = 1 end
 else
-  succeeded(w, p, tonumber(ARGV[15]), p.now)
+  succeeded(w, p, tonumber(ARGV[16]), p.now)
 end
 save(KEYS[1], w, p.now)
 return reply('changed', 0, 0, 0, died, 0, 0, w)
@@ -55,6 +55,8 @@ var paramSets = []string{
 	"positive_feedback = \"1/7\"\nnegative_feedback = \"1/3\"\nfailed_cohort_limit = 0\nmaxthr = 37\ninitial_concurrency = 3",
 	"ceiling_probe_factor = 3\nceiling_ttl = \"10m\"",
 	"ceiling_probe_factor = 7\nceiling_ttl = \"90s\"\nmaxthr = 11",
+	"slow_start = true",
+	"slow_start = true\npositive_feedback = \"1\"\ninitial_concurrency = 9\nfailed_cohort_limit = 2",
 }
 
 func sameWindow(a, b thread.Window) bool {
@@ -66,7 +68,7 @@ func sameWindow(a, b thread.Window) bool {
 	}
 	return a.Concurrency == b.Concurrency && bits(a.Success) == bits(b.Success) && bits(a.Failure) == bits(b.Failure) &&
 		bits(a.FailCohorts) == bits(b.FailCohorts) && a.Ceiling == b.Ceiling && a.Strikes == b.Strikes &&
-		a.Calm == b.Calm && a.Clean == b.Clean && a.CeilingAt.Equal(b.CeilingAt)
+		a.Calm == b.Calm && a.Clean == b.Clean && a.CeilingAt.Equal(b.CeilingAt) && a.Starting == b.Starting
 }
 
 // TestLuaArithmeticIsThreadWindow drives the scripts' feedback and

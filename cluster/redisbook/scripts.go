@@ -12,7 +12,7 @@ import "github.com/redis/go-redis/v9"
 // to Redis as such is truncated to an integer.
 //
 // Every script that takes a destination's settings reads them from ARGV
-// 1–13 (see args); times are the asking node's, in milliseconds since the
+// 1–14 (see args); times are the asking node's, in milliseconds since the
 // epoch (DESIGN §13 on clock skew).
 const prelude = `
 local RO = 1e-9 -- thread.roundoff
@@ -24,7 +24,8 @@ local function params()
   return {now = tonumber(ARGV[1]), lease = tonumber(ARGV[2]), node = ARGV[3],
     max = tonumber(ARGV[4]), initial = tonumber(ARGV[5]),
     pk = tonumber(ARGV[6]), pv = tonumber(ARGV[7]), nk = tonumber(ARGV[8]), nv = tonumber(ARGV[9]),
-    cohort = tonumber(ARGV[10]), learn = ARGV[11] == '1', probe = tonumber(ARGV[12]), ttl = tonumber(ARGV[13])}
+    cohort = tonumber(ARGV[10]), learn = ARGV[11] == '1', probe = tonumber(ARGV[12]), ttl = tonumber(ARGV[13]),
+    slow = ARGV[14] == '1'}
 end
 
 -- config.Feedback.Of: kind 0 = value/N, 1 = value/sqrt(N), 2 = value.
@@ -35,21 +36,32 @@ local function of(kind, value, c)
   return value
 end
 
-local fields = {'c', 's', 'f', 'fc', 'ceil', 'str', 'calm', 'clean', 'cat', 'dead'}
+local fields = {'c', 's', 'f', 'fc', 'ceil', 'str', 'calm', 'clean', 'cat', 'dead', 'st'}
+
+-- thread.Window.Start
+local function start(w, p)
+  w.c = math.min(p.initial, p.max)
+  w.st = 0
+  if p.slow and w.c > 1 then w.c, w.st = 1, 1 end
+end
 
 local function load(key, p)
   local h = redis.call('HMGET', key, unpack(fields))
   if not h[1] then
-    return {c = math.min(p.initial, p.max), s = 0, f = 0, fc = 0, ceil = 0, str = 0, calm = 0, clean = 0, cat = 0, dead = 0}
+    local w = {s = 0, f = 0, fc = 0, ceil = 0, str = 0, calm = 0, clean = 0, cat = 0, dead = 0}
+    start(w, p)
+    return w
   end
   local w = {}
   for i, k in ipairs(fields) do w[k] = tonumber(h[i]) end
+  w.st = w.st or 0 -- a state written before slow start
   return w
 end
 
 -- window.Params.Apply
 local function apply(w, p)
   w.c = math.min(w.c, p.max)
+  if not p.slow then w.st = 0 end
   if not p.learn then w.ceil, w.str, w.calm, w.clean, w.cat = 0, 0, 0, 0, 0 end
   w.ceil = math.min(w.ceil, p.max)
 end
@@ -58,7 +70,8 @@ end
 -- learnedFor), a dead destination's at least until its dead-until time.
 local function save(key, w, now)
   redis.call('HSET', key, 'c', I(w.c), 's', F(w.s), 'f', F(w.f), 'fc', F(w.fc), 'ceil', I(w.ceil),
-    'str', I(w.str), 'calm', I(w.calm), 'clean', I(w.clean), 'cat', I(w.cat), 'dead', I(w.dead))
+    'str', I(w.str), 'calm', I(w.calm), 'clean', I(w.clean), 'cat', I(w.cat), 'dead', I(w.dead),
+    'st', I(w.st))
   redis.call('PEXPIRE', key, math.max(3600000, w.dead - now + 3600000))
 end
 
@@ -78,6 +91,15 @@ end
 local function succeeded(w, p, busy, now)
   w.fc = 0
   if w.c == 0 then revive(w, p, busy) return end
+  if w.st == 1 then
+    w.s = w.s + 1 / w.c
+    if w.s >= 1 - RO then
+      w.c = w.c + 1
+      w.s = 0
+    end
+    if w.c >= math.min(p.initial, p.max) then w.c, w.st, w.s = math.min(p.initial, p.max), 0, 0 end
+    return
+  end
   expire(w, p, now)
   if w.ceil > 0 then w.calm = w.calm + 1 end
   if w.ceil > 0 and w.c > w.ceil then
@@ -119,8 +141,10 @@ end
 local function failed(w, p, now, nodes)
   if w.c == 0 then return false end
   expire(w, p, now)
+  local cohort = w.c
+  if w.st == 1 then w.st, w.s, cohort = 0, 0, math.min(p.initial, p.max) end
   if p.learn then learn(w, now, nodes) end
-  w.fc = w.fc + 1 / w.c
+  w.fc = w.fc + 1 / cohort
   if p.cohort > 0 and w.fc >= p.cohort - RO then
     w.c = 0
     return true
@@ -182,12 +206,12 @@ end
 
 local function reply(kind, retry, revived, from, died, n, nn, w, by)
   return {kind, I(retry), I(revived), I(from), I(died), I(n), I(nn),
-    I(w.c), F(w.s), F(w.f), F(w.fc), I(w.ceil), I(w.str), I(w.calm), I(w.clean), I(w.cat), I(w.dead), by or ''}
+    I(w.c), F(w.s), F(w.f), F(w.fc), I(w.ceil), I(w.str), I(w.calm), I(w.clean), I(w.cat), I(w.dead), by or '', I(w.st)}
 end
 `
 
-// acquire: KEYS state, leases, waiting, nodes; ARGV 1–13 settings, 14 the
-// lease's member, 15 the Free channel prefix, 16 the destination.
+// acquire: KEYS state, leases, waiting, nodes; ARGV 1–14 settings, 15 the
+// lease's member, 16 the Free channel prefix, 17 the destination.
 // window.Board's Acquire: a dead destination whose time has come revives
 // to the live sessions or its initial window; a session is granted while
 // the live leases are below the window; a denied node waits for a Free
@@ -209,7 +233,7 @@ local kind, retry = 'granted', 0
 if w.c == 0 then
   kind, retry = 'dead', w.dead
 elseif n < w.c then
-  redis.call('ZADD', KEYS[2], now + p.lease, ARGV[14])
+  redis.call('ZADD', KEYS[2], now + p.lease, ARGV[15])
   redis.call('PEXPIRE', KEYS[2], 2 * p.lease)
   n = n + 1
 else
@@ -223,7 +247,7 @@ if kind == 'dead' then
   redis.call('PEXPIRE', KEYS[3], math.max(w.dead, now + p.lease) - now + p.lease)
 end
 save(KEYS[1], w, now)
-notify(KEYS[3], n, w.c, now, ARGV[15], ARGV[16], false)
+notify(KEYS[3], n, w.c, now, ARGV[16], ARGV[17], false)
 return reply(kind, retry, revived, w.c, 0, n, nn, w, bynode(KEYS[2]))
 `)
 
@@ -238,9 +262,9 @@ if c then notify(KEYS[3], n, tonumber(c), now, ARGV[3], ARGV[4], false) end
 return n
 `)
 
-// report: KEYS state, leases, waiting, nodes; ARGV 1–13 settings, 14 "1"
-// for a site failure, 15 its dead-until time, 16 the Free channel prefix,
-// 17 the destination. window.Record.Judge with the live leases as busy
+// report: KEYS state, leases, waiting, nodes; ARGV 1–14 settings, 15 "1"
+// for a site failure, 16 its dead-until time, 17 the Free channel prefix,
+// 18 the destination. window.Record.Judge with the live leases as busy
 // and the live nodes as nodes.
 var report = redis.NewScript(prelude + `
 local p = params()
@@ -250,9 +274,9 @@ local nn = beat(KEYS[4], p)
 local w = load(KEYS[1], p)
 apply(w, p)
 local from, died = w.c, 0
-if ARGV[14] == '1' then
+if ARGV[15] == '1' then
   if failed(w, p, now, nn) then
-    w.dead = tonumber(ARGV[15])
+    w.dead = tonumber(ARGV[16])
     died = 1
   end
 else
@@ -260,11 +284,11 @@ else
   if from == 0 then w.dead = 0 end
 end
 save(KEYS[1], w, now)
-notify(KEYS[3], n, w.c, now, ARGV[16], ARGV[17], died == 1)
+notify(KEYS[3], n, w.c, now, ARGV[17], ARGV[18], died == 1)
 return reply('changed', 0, 0, from, died, n, nn, w, bynode(KEYS[2]))
 `)
 
-// seed: KEYS state; ARGV now, then c s f fc ceil str cat dead. A node
+// seed: KEYS state; ARGV now, then c s f fc ceil str cat dead st. A node
 // coming back from fallback writes the last shared state it saw where the
 // store has none (a Redis restarted without persistence); the first node
 // back wins, the store's own state is never overwritten. Returns 1 if it
@@ -273,7 +297,8 @@ var seed = redis.NewScript(prelude + `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local now = tonumber(ARGV[1])
 local w = {c = tonumber(ARGV[2]), s = tonumber(ARGV[3]), f = tonumber(ARGV[4]), fc = tonumber(ARGV[5]),
-  ceil = tonumber(ARGV[6]), str = tonumber(ARGV[7]), calm = 0, clean = 0, cat = tonumber(ARGV[8]), dead = tonumber(ARGV[9])}
+  ceil = tonumber(ARGV[6]), str = tonumber(ARGV[7]), calm = 0, clean = 0, cat = tonumber(ARGV[8]), dead = tonumber(ARGV[9]),
+  st = tonumber(ARGV[10])}
 save(KEYS[1], w, now)
 return 1
 `)
