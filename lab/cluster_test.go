@@ -10,7 +10,10 @@ import (
 )
 
 // TestClusterSharedIsOneScheduler: nodes sharing a window behave toward
-// the destination as one node with all their messages, and stay within
+// the destination as one node with all their messages, meet the issue's
+// goals in every setting (at most 3 % refused at the first attempt, the
+// drain within 1.3× the ideal: refused probes are retried at once; at
+// most the limit plus one probe in sessions: slow start), and stay within
 // the limit plus one probe where local windows cannot (10 nodes against
 // 5 sessions: each node's window is at least 1).
 func TestClusterSharedIsOneScheduler(t *testing.T) {
@@ -36,6 +39,10 @@ func TestClusterSharedIsOneScheduler(t *testing.T) {
 		if shared.Refusals > one.Refusals+one.Refusals/10+2 || float64(shared.Drain) > 1.1*float64(one.Drain) {
 			t.Errorf("%d nodes, limit %d: shared %d refusals, drained in %v; one node %d, %v",
 				shared.Nodes, shared.Limit, shared.Refusals, shared.Drain, one.Refusals, one.Drain)
+		}
+		if m := shared.Missed(); len(m) > 0 {
+			t.Errorf("%d nodes, limit %d, shared: missed %v: %d%% first-pass refused, drained in %.2f× the ideal, peak %d sessions",
+				shared.Nodes, shared.Limit, m, int(100*shared.FirstRefusedRate()), float64(shared.Drain)/float64(shared.Ideal()), shared.Peak)
 		}
 		if shared.Refusals >= local.Refusals || shared.Drain >= local.Drain {
 			t.Errorf("%d nodes, limit %d: shared (%d refusals, %v) no better than local windows (%d, %v)",

@@ -1,6 +1,7 @@
 package thread
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"testing"
@@ -418,5 +419,50 @@ func TestWindowAgainstPseudocode(t *testing.T) {
 					run, step, pos, neg, limit, initial, cohorts, w, r)
 			}
 		}
+	}
+}
+
+// TestSlowStart: with slow_start a new destination's window opens at one
+// session and takes one more each time as many deliveries as it allows
+// got through, until the initial window: never more than one session
+// past what has been shown to work. The first failure ends the slow
+// start, weighed as a delivery of the initial window's pseudo-cohort (so
+// the destination is not declared dead sooner than Postfix's would be),
+// and a window past its slow start is not fresh (the destination was
+// reached). Without slow_start the window opens at the initial window.
+func TestSlowStart(t *testing.T) {
+	c := config.Default().Defaults
+	c.SlowStart = true
+	w := NewWindow(&c)
+	var trace []int
+	for range 12 {
+		trace = append(trace, w.Limit())
+		w.Succeeded(w.Limit(), epoch)
+	}
+	trace = append(trace, w.Limit())
+	want := []int{1, 2, 2, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5}
+	if fmt.Sprint(trace) != fmt.Sprint(want) {
+		t.Fatalf("windows %v, want %v", trace, want)
+	}
+	if w.Starting || w.Fresh() {
+		t.Fatalf("after the slow start: %+v", w)
+	}
+
+	w = NewWindow(&c)
+	if !w.Fresh() || !w.Starting {
+		t.Fatalf("new window %+v: want fresh, in slow start", w)
+	}
+	w.Succeeded(1, epoch)
+	w.Succeeded(2, epoch) // at 2, half a step
+	if w.Failed(epoch) {
+		t.Fatal("one failure in slow start declared the destination dead")
+	}
+	if w.Starting || w.Limit() != 1 || w.FailCohorts != 1.0/5 || w.Success != 0 {
+		t.Fatalf("after a failure at 2 in slow start: %+v", w)
+	}
+
+	c.SlowStart = false
+	if w := NewWindow(&c); w.Limit() != 5 || w.Starting {
+		t.Fatalf("without slow start: %+v", w)
 	}
 }
