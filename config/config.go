@@ -75,7 +75,7 @@ type Clause struct {
 	LearnedCeiling       bool     // learn each destination's limit from its refusals; default true
 	CeilingProbeFactor   int      // growth above a learned ceiling is this many times slower; default 10
 	CeilingTTL           Duration // a learned ceiling is forgotten this long after it was last confirmed; default 1h
-	SlowStart            bool     // a window with no feedback yet starts at 1 and grows to the initial window; default false
+	SlowStart            bool     // a window with no feedback yet starts at 1 and grows to the initial window; default true
 	DeliverySlotCost     int      // default 5; 0 = no preemption
 	DeliverySlotLoan     int      // default 3
 	DeliverySlotDiscount int      // percent, 0..100; default 50

@@ -225,7 +225,7 @@ var clauseTable = []key[layer]{
 	{name: "failed_cohort_limit", field: func(l *layer) any { return &l.c.FailedCohortLimit }, def: 1, lo: 0, hi: unbounded},
 	{name: "learned_ceiling", field: func(l *layer) any { return &l.c.LearnedCeiling }, def: true},
 	{name: "ceiling_probe_factor", field: func(l *layer) any { return &l.c.CeilingProbeFactor }, def: 10, lo: 1, hi: unbounded},
-	{name: "slow_start", field: func(l *layer) any { return &l.c.SlowStart }, def: false},
+	{name: "slow_start", field: func(l *layer) any { return &l.c.SlowStart }, def: true},
 	{name: "ceiling_ttl", field: func(l *layer) any { return &l.c.CeilingTTL }, def: "1h", positive: true},
 
 	{name: "delivery_slot_cost", field: func(l *layer) any { return &l.c.DeliverySlotCost }, def: 5,

@@ -183,7 +183,7 @@ func TestBookHoldsJobsWhileARefusalIsUnanswered(t *testing.T) {
 // window says whose sessions fill it, node by node, as the book counted
 // them.
 func TestWhyNamesTheClusterNodesSessions(t *testing.T) {
-	cfg := feedbackConfig(t, "")
+	cfg := feedbackConfig(t, "slow_start = false") // the initial window of 5 at once
 	s := sim.New(cfg, nil, 1)
 	s.Behavior = limited5(s)
 	board := window.NewBoard(30 * time.Second)

@@ -165,7 +165,8 @@ func TestInFlightSuccessRevivesADeadDestination(t *testing.T) {
 	// refused, which kills the destination. The slow one's success at 1 m
 	// revives it long before its 10 m retry time.
 	var s *sim.Sim
-	s = sim.New(feedbackConfig(t, ""), func(j sim.Job) sim.Response {
+	// Without slow start: the slow job and the refused ones in flight at once.
+	s = sim.New(feedbackConfig(t, "slow_start = false"), func(j sim.Job) sim.Response {
 		if j.Msg.Inum == 1001 {
 			r := sim.Sink(j)
 			r.Delay = time.Minute
@@ -271,7 +272,7 @@ func TestSiteFailureShrinksTheWindowWithoutStopping(t *testing.T) {
 }
 
 func TestLearnedWindowOutlivesItsThread(t *testing.T) {
-	s := sim.New(feedbackConfig(t, ""), sim.Sink, 1)
+	s := sim.New(feedbackConfig(t, "slow_start = false"), sim.Sink, 1)
 	s.Check = true
 	// 1/N from 5: five successes make 6.
 	for i := 0; i < 5; i++ {

@@ -226,6 +226,7 @@ func testMailq(t *testing.T, agents map[string]string) {
 select = "smtp/*"
 command = ["{hang}", "-c", "smtp"]
 maxring = 10
+slow_start = false # two sessions on a.test before any delivery ends
 `)
 	a1 := e.enqueue("smtp/a.test/u1@a.test")
 	a2 := e.enqueue("smtp/a.test/u2@a.test")

@@ -45,13 +45,12 @@ type ClusterRun struct {
 
 // DefaultCluster is the setting: 400 one-recipient messages per
 // node, 20 ms per message, the clause defaults (maxthr 20, initial 5,
-// Postfix 1/N feedback, failed_cohort_limit 1, learned_ceiling) with
-// slow_start: the initial window of 5 opened at once overshoots a limit of
-// 2 before any refusal is judged.
+// Postfix 1/N feedback, failed_cohort_limit 1, learned_ceiling,
+// slow_start).
 func DefaultCluster(nodes, limit int, shared bool) ClusterRun {
 	return ClusterRun{Nodes: nodes, Messages: 400, Limit: limit, Service: 20 * time.Millisecond,
 		Jitter: 2 * time.Millisecond, Refusal: 2 * time.Millisecond, Retry: time.Second, Shared: shared,
-		Lease: 30 * time.Second, Clause: "slow_start = true", Seed: 1}
+		Lease: 30 * time.Second, Seed: 1}
 }
 
 // ClusterResult is what a run measured.

@@ -15,7 +15,7 @@ import (
 // its denial's retry time; never more than 3 sessions run at once across
 // both nodes.
 func TestClusterSharesOneWindow(t *testing.T) {
-	cfg := testConfig(t, "")
+	cfg := testConfig(t, "[defaults]\nslow_start = false # the window of 3 from the start")
 	ns := []*Sim{New(cfg, slow, 1), New(cfg, slow, 2)}
 	c := NewCluster(ns)
 	board := window.NewBoard(30 * time.Second)

@@ -9,10 +9,12 @@ import (
 )
 
 // learning returns the default clause's window (learned_ceiling on,
-// probe factor 10, TTL 1h) with 1/N feedback, initial 5, limit 20.
+// probe factor 10, TTL 1h) with 1/N feedback, initial 5, limit 20,
+// opened at once as Postfix's (no slow start).
 func learning(on bool) Window {
 	c := config.Default().Defaults
 	c.LearnedCeiling = on
+	c.SlowStart = false
 	return NewWindow(&c)
 }
 

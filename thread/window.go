@@ -215,6 +215,8 @@ func (w *Window) Succeeded(busy int, now time.Time) {
 // pseudo-cohort of the initial window's size: the window in slow start
 // is short of it only by caution, and a destination must not be declared
 // dead sooner for it (at a window of 1 one failure is a whole cohort).
+// A failure of its very first session teaches no ceiling: one session
+// refused is a site failing, not a concurrency limit.
 //
 // With learned_ceiling, the failure at window W first teaches the ceiling
 // (before Postfix's feedback lowers the window):
@@ -231,11 +233,13 @@ func (w *Window) Failed(now time.Time) (died bool) {
 		return false
 	}
 	w.expire(now)
-	cohort := w.Concurrency
+	cohort, first := w.Concurrency, w.Starting && w.Concurrency == 1
 	if w.Starting {
 		w.Starting, w.Success, cohort = false, 0, min(w.Initial, w.Max)
 	}
-	if w.Learn {
+	// The first session of a slow start failing says nothing of a
+	// concurrency limit: no ceiling from it.
+	if w.Learn && !first {
 		w.learn(now)
 	}
 	w.FailCohorts += 1 / float64(cohort)

@@ -429,7 +429,8 @@ func TestWindowAgainstPseudocode(t *testing.T) {
 // start, weighed as a delivery of the initial window's pseudo-cohort (so
 // the destination is not declared dead sooner than Postfix's would be),
 // and a window past its slow start is not fresh (the destination was
-// reached). Without slow_start the window opens at the initial window.
+// reached); its very first session failing teaches no ceiling. Without
+// slow_start the window opens at the initial window.
 func TestSlowStart(t *testing.T) {
 	c := config.Default().Defaults
 	c.SlowStart = true
@@ -459,6 +460,14 @@ func TestSlowStart(t *testing.T) {
 	}
 	if w.Starting || w.Limit() != 1 || w.FailCohorts != 1.0/5 || w.Success != 0 {
 		t.Fatalf("after a failure at 2 in slow start: %+v", w)
+	}
+
+	// Its very first session failing teaches no ceiling: one session
+	// refused is no concurrency limit.
+	w = NewWindow(&c)
+	w.Failed(epoch)
+	if w.Ceiling != 0 || w.Starting || w.Limit() != 1 || w.Dead() {
+		t.Fatalf("after the first session failed: %+v", w)
 	}
 
 	c.SlowStart = false

@@ -109,8 +109,8 @@ var paramSets = []string{
 	"positive_feedback = \"1\"\nnegative_feedback = \"1\"\nfailed_cohort_limit = 2",
 	"failed_cohort_limit = 0\nmaxthr = 7\ninitial_concurrency = 2",
 	"ceiling_probe_factor = 3\nceiling_ttl = \"10m\"",
-	"slow_start = true",
-	"slow_start = true\npositive_feedback = \"1\"\ninitial_concurrency = 9\nfailed_cohort_limit = 2",
+	"slow_start = false",
+	"positive_feedback = \"1\"\ninitial_concurrency = 9\nfailed_cohort_limit = 2",
 }
 
 // TestLocalIsTheCoresWindow drives Local and the core's own window with
@@ -242,7 +242,7 @@ func TestBoardIsOneWindow(t *testing.T) {
 // others' deliveries are judged), so it confirms the ceiling; one more
 // and it does not. A window of one node keeps the bound of 2.
 func TestBoardPromptRefusalPerNode(t *testing.T) {
-	p := params(t, "initial_concurrency = 9")
+	p := params(t, "initial_concurrency = 9\nslow_start = false")
 	for _, tc := range []struct {
 		nodes, clean int
 		confirmed    bool
@@ -294,7 +294,7 @@ func TestBoardPromptRefusalPerNode(t *testing.T) {
 // TestBoardLeasesExpire: a node that dies holding sessions frees them when
 // its leases run out, not before; a node that renews keeps its own.
 func TestBoardLeasesExpire(t *testing.T) {
-	p := params(t, "")
+	p := params(t, "slow_start = false")
 	b := window.NewBoard(30 * time.Second)
 	a, c := b.Node("a"), b.Node("c")
 	acq := []window.Request{{Op: window.Acquire, Dest: dest, Params: p}}
@@ -333,7 +333,7 @@ func TestBoardLeasesExpire(t *testing.T) {
 // TestBoardFreeGoesToTheDenied: a release on one node tells the nodes it
 // denied, and only once.
 func TestBoardFreeGoesToTheDenied(t *testing.T) {
-	p := params(t, "initial_concurrency = 2")
+	p := params(t, "initial_concurrency = 2\nslow_start = false")
 	b := window.NewBoard(30 * time.Second)
 	a, c, d := b.Node("a"), b.Node("c"), b.Node("d")
 	acq := []window.Request{{Op: window.Acquire, Dest: dest, Params: p}}

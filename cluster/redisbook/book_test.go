@@ -212,7 +212,7 @@ func (r *ref) report(failed bool, until, now time.Time) {
 // and its nodes.
 func TestBookIsOneWindow(t *testing.T) {
 	srv := redistest.New(t)
-	for pi, ps := range []string{"", "positive_feedback = \"1/sqrt_concurrency\"\nfailed_cohort_limit = 2", "initial_concurrency = 2\nmaxthr = 6\nslow_start = true"} {
+	for pi, ps := range []string{"", "positive_feedback = \"1/sqrt_concurrency\"\nfailed_cohort_limit = 2", "initial_concurrency = 2\nmaxthr = 6\nslow_start = false"} {
 		t.Run(fmt.Sprint("params", pi), func(t *testing.T) {
 			p := clauseParams(t, ps)
 			clk := newClock(epoch)
@@ -368,7 +368,7 @@ func TestLeasesExpireWhenANodeIsKilled(t *testing.T) {
 // the sessions it denied to ask again, and shares again.
 func TestRedisKilledAndRestarted(t *testing.T) {
 	srv := redistest.New(t)
-	p := clauseParams(t, "initial_concurrency = 6")
+	p := clauseParams(t, "initial_concurrency = 6\nslow_start = false")
 	clk := newClock(epoch)
 	a := newNode(t, srv.URL(0), "a", 30*time.Second, clk.Now)
 	b := newNode(t, srv.URL(0), "b", 30*time.Second, clk.Now)
@@ -440,7 +440,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 // falling back.
 func TestScriptsReloadedWhenTheServerLostThem(t *testing.T) {
 	srv := redistest.New(t)
-	p := clauseParams(t, "")
+	p := clauseParams(t, "slow_start = false")
 	a := newNode(t, srv.URL(0), "a", 30*time.Second, newClock(epoch).Now)
 	if ev := a.acquire(epoch, p); ev.Kind != window.Granted || ev.State.Fallback {
 		t.Fatalf("first: %+v", ev)
@@ -662,7 +662,7 @@ func TestFallbackStartsFromTheStateFile(t *testing.T) {
 // twin) counts alike.
 func TestLeasesByNode(t *testing.T) {
 	srv := redistest.New(t)
-	p := clauseParams(t, "")
+	p := clauseParams(t, "slow_start = false")
 	clk := newClock(epoch)
 	a := newNode(t, srv.URL(0), "mx2", 30*time.Second, clk.Now)
 	b := newNode(t, srv.URL(0), "mx1", 30*time.Second, clk.Now)

@@ -55,8 +55,8 @@ var paramSets = []string{
 	"positive_feedback = \"1/7\"\nnegative_feedback = \"1/3\"\nfailed_cohort_limit = 0\nmaxthr = 37\ninitial_concurrency = 3",
 	"ceiling_probe_factor = 3\nceiling_ttl = \"10m\"",
 	"ceiling_probe_factor = 7\nceiling_ttl = \"90s\"\nmaxthr = 11",
-	"slow_start = true",
-	"slow_start = true\npositive_feedback = \"1\"\ninitial_concurrency = 9\nfailed_cohort_limit = 2",
+	"slow_start = false",
+	"positive_feedback = \"1\"\ninitial_concurrency = 9\nfailed_cohort_limit = 2",
 }
 
 func sameWindow(a, b thread.Window) bool {
@@ -159,7 +159,7 @@ func TestLuaSixthsMakeOneStep(t *testing.T) {
 	srv := redistest.New(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true})
 	defer rdb.Close()
-	p := clauseParams(t, "initial_concurrency = 6\nlearned_ceiling = false")
+	p := clauseParams(t, "initial_concurrency = 6\nlearned_ceiling = false\nslow_start = false")
 	b := &Book{}
 	b.cfg.Lease, b.cfg.Node = 30*time.Second, "test"
 	var rep reply

@@ -141,9 +141,9 @@ end
 local function failed(w, p, now, nodes)
   if w.c == 0 then return false end
   expire(w, p, now)
-  local cohort = w.c
+  local cohort, first = w.c, w.st == 1 and w.c == 1
   if w.st == 1 then w.st, w.s, cohort = 0, 0, math.min(p.initial, p.max) end
-  if p.learn then learn(w, now, nodes) end
+  if p.learn and not first then learn(w, now, nodes) end
   w.fc = w.fc + 1 / cohort
   if p.cohort > 0 and w.fc >= p.cohort - RO then
     w.c = 0

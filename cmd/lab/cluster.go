@@ -54,7 +54,7 @@ func clusterLab(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "Cluster windows: N nodes × %d one-recipient messages each to one destination that accepts K\n", *messages)
 	fmt.Fprintf(stdout, "sessions and refuses more (421, %v); %v per message (+ up to %v), refused messages retried\n", *service/10, *service, *service/10)
-	fmt.Fprintf(stdout, "after %v; clause defaults (maxthr 20, initial 5, 1/N, failed_cohort_limit 1, learned_ceiling), slow_start.\n", *retry)
+	fmt.Fprintf(stdout, "after %v; clause defaults (maxthr 20, initial 5, 1/N, failed_cohort_limit 1, learned_ceiling, slow_start).\n", *retry)
 	fmt.Fprintln(stdout, "local: each node its own windows; shared: one window over window.Board (the Redis book's")
 	fmt.Fprintln(stdout, "in-memory twin). Each node a real core with simulated agents, all on one fake clock (sim.Cluster).")
 	fmt.Fprintln(stdout)
