@@ -33,9 +33,10 @@ const roundoff = 1e-9
 // (slow_start, after TCP): it allows one session, and one more each time
 // as many deliveries as it allows got through, until it reaches the
 // initial concurrency; the first failure ends the slow start where it is
-// and Postfix's feedback governs from there. So a destination never reached is not sent initial_concurrency
-// sessions at once before one of them has got through: against a limit
-// below the initial window, Postfix's burst overshoots it at once.
+// and Postfix's feedback governs from there. So a destination never
+// reached is not sent initial_concurrency sessions before one of them
+// got through: against a limit below the initial window, Postfix's burst
+// overshoots it before any refusal is judged.
 //
 // Beyond Postfix, a window learns a ceiling (learned_ceiling): the
 // destination's own limit, from its refusals, so that a server with an
