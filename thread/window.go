@@ -212,12 +212,19 @@ func (w *Window) Succeeded(busy int, now time.Time) {
 // failure, judged at now. It reports whether this failure declared the
 // destination dead.
 //
-// A failure in slow start ends it, and weighs as one delivery of a
-// pseudo-cohort of the initial window's size: the window in slow start
-// is short of it only by caution, and a destination must not be declared
-// dead sooner for it (at a window of 1 one failure is a whole cohort).
-// A failure of its very first session teaches no ceiling: one session
-// refused is a site failing, not a concurrency limit.
+// In slow start a failure weighs as one delivery of a pseudo-cohort of
+// the initial window's size: the window is short of it only by caution,
+// and a destination must not be declared dead sooner for it (at a window
+// of 1 one failure is a whole cohort: a site refusing one session in
+// five would die at its second). A failure with more than one session
+// allowed ends the slow start: the window may have found the limit, and
+// feedback governs from there. One with a single session allowed says
+// nothing of a concurrency limit: the slow start goes on at 1, and as
+// many failures in a row declare the destination dead as would at the
+// initial window. Neither teaches a ceiling: one failure below the
+// initial window cannot tell a limit from noise (a noisy site would get
+// a ceiling of 1 or 2 and keep it), and a limit refuses again at the
+// first probe past it after the slow start.
 //
 // With learned_ceiling, the failure at window W first teaches the ceiling
 // (before Postfix's feedback lowers the window):
@@ -234,13 +241,21 @@ func (w *Window) Failed(now time.Time) (died bool) {
 		return false
 	}
 	w.expire(now)
-	cohort, first := w.Concurrency, w.Starting && w.Concurrency == 1
+	cohort := w.Concurrency
 	if w.Starting {
-		w.Starting, w.Success, cohort = false, 0, min(w.Initial, w.Max)
-	}
-	// The first session of a slow start failing says nothing of a
-	// concurrency limit: no ceiling from it.
-	if w.Learn && !first {
+		cohort = min(w.Initial, w.Max)
+		if w.Concurrency == 1 {
+			// One session failing says nothing of a concurrency
+			// limit: the slow start goes on at 1.
+			w.FailCohorts += 1 / float64(cohort)
+			if w.CohortLimit > 0 && w.FailCohorts >= float64(w.CohortLimit)-roundoff {
+				w.Concurrency, w.Starting, w.Success = 0, false, 0
+				return true
+			}
+			return false
+		}
+		w.Starting, w.Success = false, 0
+	} else if w.Learn {
 		w.learn(now)
 	}
 	w.FailCohorts += 1 / float64(cohort)

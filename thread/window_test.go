@@ -425,12 +425,14 @@ func TestWindowAgainstPseudocode(t *testing.T) {
 // TestSlowStart: with slow_start a new destination's window opens at one
 // session and takes one more each time as many deliveries as it allows
 // got through, until the initial window: never more than one session
-// past what has been shown to work. The first failure ends the slow
+// past what has been shown to work. A failure above 1 ends the slow
 // start, weighed as a delivery of the initial window's pseudo-cohort (so
-// the destination is not declared dead sooner than Postfix's would be),
-// and a window past its slow start is not fresh (the destination was
-// reached); its very first session failing teaches no ceiling. Without
-// slow_start the window opens at the initial window.
+// the destination is not declared dead sooner than Postfix's would be)
+// and teaching no ceiling (one failure below the initial window cannot
+// tell a limit from noise); a window past its slow start is not fresh
+// (the destination was reached). A failure at 1 leaves the slow start
+// going; the destination dies after as many in a row as the initial
+// window. Without slow_start the window opens at the initial window.
 func TestSlowStart(t *testing.T) {
 	c := config.Default().Defaults
 	c.SlowStart = true
@@ -458,16 +460,22 @@ func TestSlowStart(t *testing.T) {
 	if w.Failed(epoch) {
 		t.Fatal("one failure in slow start declared the destination dead")
 	}
-	if w.Starting || w.Limit() != 1 || w.FailCohorts != 1.0/5 || w.Success != 0 {
+	if w.Starting || w.Limit() != 1 || w.FailCohorts != 1.0/5 || w.Success != 0 || w.Ceiling != 0 {
 		t.Fatalf("after a failure at 2 in slow start: %+v", w)
 	}
 
-	// Its very first session failing teaches no ceiling: one session
-	// refused is no concurrency limit.
+	// A failure at 1 teaches no ceiling (one session refused is no
+	// concurrency limit) and the slow start goes on; as many in a row as
+	// the initial window declare the destination dead, as Postfix's
+	// initial window of refused sessions would.
 	w = NewWindow(&c)
-	w.Failed(epoch)
-	if w.Ceiling != 0 || w.Starting || w.Limit() != 1 || w.Dead() {
-		t.Fatalf("after the first session failed: %+v", w)
+	for i := 1; i < 5; i++ {
+		if w.Failed(epoch) || w.Ceiling != 0 || !w.Starting || w.Limit() != 1 {
+			t.Fatalf("after %d failures of the first session: %+v", i, w)
+		}
+	}
+	if !w.Failed(epoch) || !w.Dead() || w.Starting {
+		t.Fatalf("after 5 failures at 1 in slow start: %+v, want dead", w)
 	}
 
 	c.SlowStart = false

@@ -141,9 +141,21 @@ end
 local function failed(w, p, now, nodes)
   if w.c == 0 then return false end
   expire(w, p, now)
-  local cohort, first = w.c, w.st == 1 and w.c == 1
-  if w.st == 1 then w.st, w.s, cohort = 0, 0, math.min(p.initial, p.max) end
-  if p.learn and not first then learn(w, now, nodes) end
+  local cohort = w.c
+  if w.st == 1 then
+    cohort = math.min(p.initial, p.max)
+    if w.c == 1 then
+      w.fc = w.fc + 1 / cohort
+      if p.cohort > 0 and w.fc >= p.cohort - RO then
+        w.c, w.st, w.s = 0, 0, 0
+        return true
+      end
+      return false
+    end
+    w.st, w.s = 0, 0
+  elseif p.learn then
+    learn(w, now, nodes)
+  end
   w.fc = w.fc + 1 / cohort
   if p.cohort > 0 and w.fc >= p.cohort - RO then
     w.c = 0
