@@ -253,6 +253,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.startSweep(d.now())
 	defer d.waitSweep()
 	d.startScan(d.now())
+	d.censusStart(d.now())
 	d.sdNotify("READY=1")
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
