@@ -500,13 +500,28 @@ func hasPendingDiags(f *ctlfile.File) bool {
 // arrival reduces a control file to what the core schedules.
 func arrival(rel string, f *ctlfile.File) core.Arrival {
 	a := core.Arrival{Inum: f.Inum, Path: rel, ID: f.ID, QID: f.QueueID(), Arrival: f.Arrival, Bounce: f.IsBounce(), Warned: warned(f), Diags: hasPendingDiags(f)}
-	for _, g := range f.Groups() {
-		cg := core.Group{Channel: g.Channel, Host: g.Host, Rcpts: make([]vertex.Rcpt, len(g.Rcpts))}
+	groups := f.Groups()
+	if len(groups) == 0 {
+		return a
+	}
+	// The groups' recipients in one array, each group's part capped at
+	// its length (a vertex that grows its list copies it): two
+	// allocations a message rather than one per destination and the
+	// appends' regrowing, on every file read.
+	n := 0
+	for _, g := range groups {
+		n += len(g.Rcpts)
+	}
+	all := make([]vertex.Rcpt, n)
+	a.Groups = make([]core.Group, len(groups))
+	for gi, g := range groups {
+		rs := all[:len(g.Rcpts):len(g.Rcpts)]
+		all = all[len(g.Rcpts):]
 		for i, ri := range g.Rcpts {
 			r := &f.Rcpts[ri]
-			cg.Rcpts[i] = vertex.Rcpt{Offset: r.Offset, User: r.User, Notify: uint8(r.Notify)}
+			rs[i] = vertex.Rcpt{Offset: r.Offset, User: r.User, Notify: uint8(r.Notify)}
 		}
-		a.Groups = append(a.Groups, cg)
+		a.Groups[gi] = core.Group{Channel: g.Channel, Host: g.Host, Rcpts: rs}
 	}
 	return a
 }
