@@ -57,6 +57,10 @@ type Options struct {
 	// (LoopCPU): the loop-only benchmark's measure. Off in production,
 	// where a goroutine bound to one thread only costs hand-offs.
 	LoopThread bool
+	// GCHeadroom, when not 0, is how much the heap may grow between two
+	// collections at least, whatever the live heap (gcfloor.go): the
+	// run command gives DefaultGCHeadroom. Process-wide while Run runs.
+	GCHeadroom uint64
 }
 
 // Daemon is a running scheduler.
@@ -234,6 +238,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.clock.start()
 		defer d.clock.stop()
 	}
+	defer startGCFloor(d.opt.GCHeadroom).stop()
 	defer d.close()
 	defer d.saveState() // after shutdown: the agents' last reports count
 	// What a stop interrupted between a message's two unlinks, before the
