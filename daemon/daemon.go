@@ -238,7 +238,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.clock.start()
 		defer d.clock.stop()
 	}
-	defer startGCFloor(d.opt.GCHeadroom).stop()
+	defer startGCFloor(d.opt.GCHeadroom).stop() // started now, stopped when Run returns
 	defer d.close()
 	defer d.saveState() // after shutdown: the agents' last reports count
 	// What a stop interrupted between a message's two unlinks, before the
