@@ -423,6 +423,50 @@ func TestSweepBodies(t *testing.T) {
 	}
 }
 
+// TestSweepBodiesListsControlFiles: the sweep learns which bodies have
+// their control file from a listing of each directory of transport/, and
+// stats a control file only for a body the listing did not show — the
+// orphan here, not the messages that are whole — with the same result.
+func TestSweepBodiesListsControlFiles(t *testing.T) {
+	for _, hash := range []int{0, 2} {
+		s := newSpool(t, hash)
+		var whole []string
+		for range 6 {
+			rel, err := s.Enqueue(testMessage(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole = append(whole, rel)
+		}
+		orphan := whole[0]
+		whole = whole[1:]
+		if err := os.Remove(s.ctlPath(orphan)); err != nil {
+			t.Fatal(err)
+		}
+		stats := 0
+		s.hook = func(step string) {
+			if step == "sweep-stat-control" {
+				stats++
+			}
+		}
+		removed, failed, err := s.SweepBodies(time.Now().Add(time.Hour))
+		if err != nil || len(failed) > 0 {
+			t.Fatal(err, failed)
+		}
+		if want := "[queue/" + orphan + "]"; fmt.Sprint(removed) != want {
+			t.Errorf("hash %d: removed %v, want %s", hash, removed, want)
+		}
+		if stats != 1 {
+			t.Errorf("hash %d: the sweep stat'ed %d control files; want 1 (the orphan's), the others listed", hash, stats)
+		}
+		for _, rel := range whole {
+			if _, err := os.Stat(s.bodyPath(rel, path.Base(rel))); err != nil {
+				t.Errorf("hash %d: %v", hash, err)
+			}
+		}
+	}
+}
+
 // TestFinishRemovals (issue 16, item 1): a Remove killed between its two
 // unlinks leaves a body without its control file; the removal log lets the
 // next start remove it at once — but not a body whose control file is

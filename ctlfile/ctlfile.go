@@ -231,13 +231,28 @@ type Group struct {
 // in order of first appearance, recipients in file order.
 func (f *File) Groups() []Group {
 	type key struct{ ch, host string }
+	// Two passes: which group each pending recipient is in, then the
+	// groups' index lists laid out in one array (each capped at its own
+	// length): three allocations a file, where appending recipient by
+	// recipient made one per destination and more. The scheduler groups
+	// every file it reads.
+	var small [16]int32
+	var smallCounts [8]int
+	which := small[:0]
+	if len(f.Rcpts) > len(small) {
+		which = make([]int32, 0, len(f.Rcpts))
+	}
 	var gs []Group
+	counts := smallCounts[:0] // recipients per group
 	var idx map[key]int
+	pending := 0
 	for i := range f.Rcpts {
 		r := &f.Rcpts[i]
 		if r.Status != Pending {
+			which = append(which, -1)
 			continue
 		}
+		pending++
 		k := key{r.Channel, r.Host}
 		g := -1
 		// Most files have one or two destinations; a map only pays off beyond that.
@@ -259,12 +274,32 @@ func (f *File) Groups() []Group {
 		}
 		if g < 0 {
 			g = len(gs)
+			if gs == nil {
+				gs = make([]Group, 0, min(len(f.Rcpts), 8))
+			}
 			gs = append(gs, Group{Channel: r.Channel, Host: r.Host})
+			counts = append(counts, 0)
 			if idx != nil {
 				idx[k] = g
 			}
 		}
-		gs[g].Rcpts = append(gs[g].Rcpts, i)
+		which = append(which, int32(g))
+		counts[g]++
+	}
+	if len(gs) == 0 {
+		return nil
+	}
+	all := make([]int, pending)
+	off := 0
+	for j := range gs {
+		n := counts[j]
+		gs[j].Rcpts = all[off : off : off+n]
+		off += n
+	}
+	for i, g := range which {
+		if g >= 0 {
+			gs[g].Rcpts = append(gs[g].Rcpts, i)
+		}
 	}
 	return gs
 }

@@ -484,3 +484,32 @@ func TestGroupsManyDestinations(t *testing.T) {
 		t.Errorf("Groups() =\n%v\nwant\n%v", got, want)
 	}
 }
+
+// TestGroupsAllocs: grouping a file, which the scheduler does for every
+// file it reads, costs two allocations (the groups, one array of their
+// indexes), each group's list capped at its length so that appending to
+// one cannot write into the next.
+func TestGroupsAllocs(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("@ 0x00000007\ni 9\no 1\nl <x>\n")
+	for i := range 5 {
+		fmt.Fprintf(&b, "r           smtp h%d.test u%d 0\n", i, i)
+	}
+	b.WriteString("m\n\n")
+	f, err := Parse("9", []byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := f.Groups()
+	if len(gs) != 5 {
+		t.Fatalf("%d groups; want 5", len(gs))
+	}
+	for _, g := range gs {
+		if cap(g.Rcpts) != len(g.Rcpts) {
+			t.Errorf("group %s has %d recipients and room for %d", g.Host, len(g.Rcpts), cap(g.Rcpts))
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { f.Groups() }); n > 2 {
+		t.Errorf("Groups of 5 destinations: %v allocations; want 2", n)
+	}
+}

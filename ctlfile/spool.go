@@ -45,7 +45,8 @@ type Spool struct {
 	NoSync bool
 	// hook, when set by a test, is called at each step of Enqueue and
 	// Remove with the step's name, to check what a crash (or another
-	// writer) at that instant would leave.
+	// writer) at that instant would leave; and at each control file
+	// SweepBodies stats, to count them.
 	hook func(step string)
 
 	dirs atomic.Pointer[dirCache] // for Root; nil until first needed

@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 // censusRun runs the census the loop would start now, serving its calls
@@ -76,4 +78,37 @@ func TestCensusWalksOnlyBeyondCore(t *testing.T) {
 			t.Errorf("mailq's last line %q", got[len(got)-1])
 		}
 	})
+}
+
+// TestCensusWaitsOutTheStart: a scheduler that starts on a backlog larger
+// than its limits does not walk the spool in its first censusEvery: the
+// intake reads those files as room frees, and a walk beside it read them
+// a second time. The clock stands still, so the drain is all within the
+// start.
+func TestCensusWaitsOutTheStart(t *testing.T) {
+	agents := bins.AgentsFor(t)
+	d := intakeDaemon(t, agents["sink"], 100, 5, 40, 1, true)
+	d.in.max = 8
+	t0 := d.now()
+	d.now = func() time.Time { return t0 }
+	full := false
+	d.in.onStep = func() {
+		if d.in.gate.Full(d.core) && d.in.beyond() {
+			full = true
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := d.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !full {
+		t.Fatal("the core never filled with files beyond it: the test shows nothing")
+	}
+	if d.census.walks != 0 {
+		t.Errorf("the census walked the spool %d times during the start", d.census.walks)
+	}
+	if want := t0.Add(censusEvery); !d.census.next.Equal(want) {
+		t.Errorf("the first walk is due at %v; want %v (censusEvery after the start)", d.census.next, want)
+	}
 }

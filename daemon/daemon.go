@@ -57,6 +57,10 @@ type Options struct {
 	// (LoopCPU): the loop-only benchmark's measure. Off in production,
 	// where a goroutine bound to one thread only costs hand-offs.
 	LoopThread bool
+	// GCHeadroom, when not 0, is how much the heap may grow between two
+	// collections at least, whatever the live heap (gcfloor.go): the
+	// run command gives DefaultGCHeadroom. Process-wide while Run runs.
+	GCHeadroom uint64
 }
 
 // Daemon is a running scheduler.
@@ -234,6 +238,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.clock.start()
 		defer d.clock.stop()
 	}
+	defer startGCFloor(d.opt.GCHeadroom).stop() // started now, stopped when Run returns
 	defer d.close()
 	defer d.saveState() // after shutdown: the agents' last reports count
 	// What a stop interrupted between a message's two unlinks, before the
@@ -253,6 +258,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.startSweep(d.now())
 	defer d.waitSweep()
 	d.startScan(d.now())
+	d.censusStart(d.now())
 	d.sdNotify("READY=1")
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -499,13 +505,28 @@ func hasPendingDiags(f *ctlfile.File) bool {
 // arrival reduces a control file to what the core schedules.
 func arrival(rel string, f *ctlfile.File) core.Arrival {
 	a := core.Arrival{Inum: f.Inum, Path: rel, ID: f.ID, QID: f.QueueID(), Arrival: f.Arrival, Bounce: f.IsBounce(), Warned: warned(f), Diags: hasPendingDiags(f)}
-	for _, g := range f.Groups() {
-		cg := core.Group{Channel: g.Channel, Host: g.Host, Rcpts: make([]vertex.Rcpt, len(g.Rcpts))}
+	groups := f.Groups()
+	if len(groups) == 0 {
+		return a
+	}
+	// The groups' recipients in one array, each group's part capped at
+	// its length (a vertex that grows its list copies it): two
+	// allocations a message rather than one per destination and the
+	// appends' regrowing, on every file read.
+	n := 0
+	for _, g := range groups {
+		n += len(g.Rcpts)
+	}
+	all := make([]vertex.Rcpt, n)
+	a.Groups = make([]core.Group, len(groups))
+	for gi, g := range groups {
+		rs := all[:len(g.Rcpts):len(g.Rcpts)]
+		all = all[len(g.Rcpts):]
 		for i, ri := range g.Rcpts {
 			r := &f.Rcpts[ri]
-			cg.Rcpts[i] = vertex.Rcpt{Offset: r.Offset, User: r.User, Notify: uint8(r.Notify)}
+			rs[i] = vertex.Rcpt{Offset: r.Offset, User: r.User, Notify: uint8(r.Notify)}
 		}
-		a.Groups = append(a.Groups, cg)
+		a.Groups[gi] = core.Group{Channel: g.Channel, Host: g.Host, Rcpts: rs}
 	}
 	return a
 }

@@ -412,3 +412,31 @@ func TestStartupReadReload(t *testing.T) {
 		t.Errorf("after the startup read: %d agents, maxring %d; want the reloaded 6 and 6", agents, maxring)
 	}
 }
+
+// TestArrivalAllocs: the arrival made of each file read lays its groups'
+// recipients out in one array: a message of five destinations costs the
+// groups' two allocations, two more and its queue id, not one per
+// destination.
+func TestArrivalAllocs(t *testing.T) {
+	d := intakeDaemon(t, "", 10, 100, 1, 1, false)
+	var rel string
+	if err := d.spool.Scan(func(r string) { rel = r }); err != nil {
+		t.Fatal(err)
+	}
+	f, err := d.spool.Read(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 5; i++ {
+		r := f.Rcpts[0]
+		r.Host = fmt.Sprintf("other%d.test", i)
+		f.Rcpts = append(f.Rcpts, r)
+	}
+	a := arrival(rel, f)
+	if len(a.Groups) != 5 {
+		t.Fatalf("%d groups; want 5", len(a.Groups))
+	}
+	if n := testing.AllocsPerRun(100, func() { arrival(rel, f) }); n > 5 {
+		t.Errorf("arrival of 5 destinations: %v allocations; want at most 5", n)
+	}
+}

@@ -395,6 +395,9 @@ func cmdRun(args []string, _ io.Reader, _, stderr io.Writer) error {
 	}
 	var self daemon.ProcessUsage
 	opt := daemon.Options{Drain: *drain, Notify: sdNotifier(log)}
+	if _, set := os.LookupEnv("GOGC"); !set {
+		opt.GCHeadroom = daemon.DefaultGCHeadroom // the operator's GOGC stands
+	}
 	if *statsPath != "" {
 		// The agents still run: what the process used so far is its own.
 		opt.OnDrained = func() { self.CPUSeconds, self.PeakRSSKiB = procUsage(os.Getpid()) }
