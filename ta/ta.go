@@ -31,8 +31,10 @@
 // cannot give another file while the agent holds this one open), and the
 // status of each recipient is read again from the file before its lock is
 // taken, as a fresh open would have read it. The files are closed when a
-// job names another message, on #idle, on a #resync and when Serve
-// returns; an agent thus holds at most one message's files between jobs.
+// job names another message, on #idle, on a #resync, when a job leaves no
+// recipient of the message pending (the scheduler is about to remove it)
+// and when Serve returns; an agent thus holds at most one message's files
+// between jobs.
 package ta
 
 import (
@@ -598,8 +600,18 @@ func openDir(dir string) int {
 // them after a #resync (the scheduler reads the file again; so shall the
 // next job). An *os.File that Body made is closed now, and the message
 // file is then not kept.
+//
+// Nor are the files of a message this job has finished, as far as the
+// file read at its open shows (no r line left pending or locked): the
+// scheduler removes the message once it has the report, so no job of it
+// can follow, and an agent that still held it open would make the last
+// close, where the kernel frees the file's blocks: on ext4 mounted
+// discard without a journal, a wait for the disk in the agent's path
+// rather than in the scheduler's removers. Closed with the job's other
+// descriptors before the flush that sends the report, the files are
+// the scheduler's to free.
 func (s *session) finish(d *Delivery) {
-	if !d.resynced {
+	if !d.resynced && !settled(d.File) {
 		k := kept{path: d.Path, h: d.h, bodyFD: d.bodyFD, dev: d.id.dev, ino: d.id.ino, statted: d.id.statted}
 		if d.body != nil {
 			d.body.Close()
@@ -612,6 +624,17 @@ func (s *session) finish(d *Delivery) {
 	}
 	s.release(d.h, d.bodyFD, d.body)
 	d.body, d.bodyFD = nil, -1
+}
+
+// settled reports whether every r line of f, as last read or written, is
+// delivered or failed.
+func settled(f *ctlfile.File) bool {
+	for i := range f.Rcpts {
+		if st := f.Rcpts[i].Status; st != ctlfile.Done && st != ctlfile.Failed {
+			return false
+		}
+	}
+	return true
 }
 
 // release closes a control file and a message file (bodyFD, or body when
