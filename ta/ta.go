@@ -5,7 +5,9 @@
 // hands them to a delivery function, then for every recipient marks the
 // status byte (+, -, or back to blank), appends the d line that ok2 and
 // error2 promise, and writes the report line. Recipients the delivery
-// function forgets are reported deferred and unlocked, never lost.
+// function forgets are reported deferred and unlocked, never lost. An
+// agent whose delivery takes no time and touches nothing else (a null
+// agent: Agent.Instant) writes no lock, only the marks.
 //
 // The wire behaviour follows what ZMailer's own agents were observed to do
 // (reference/zmailer-ta-observed.md §4.1–§4.4): one #hungry before every
