@@ -5,9 +5,9 @@
 // hands them to a delivery function, then for every recipient marks the
 // status byte (+, -, or back to blank), appends the d line that ok2 and
 // error2 promise, and writes the report line. Recipients the delivery
-// function forgets are reported deferred and unlocked, never lost. An
-// agent whose delivery takes no time and touches nothing else (a null
-// agent: Agent.Instant) writes no lock, only the marks.
+// function forgets are reported deferred and unlocked, never lost.
+// Agent.Instant (a null agent; outside the protocol's §7.2) writes no
+// lock, only the marks.
 //
 // The wire behaviour follows what ZMailer's own agents were observed to do
 // (reference/zmailer-ta-observed.md §4.1–§4.4): one #hungry before every
@@ -108,6 +108,11 @@ type Agent struct {
 	// is on disk before the report line. Each unwritten lock spares a
 	// system call per job and, on a journalling filesystem, an update of
 	// the file's change time. Rcpt(i).PID stays 0.
+	//
+	// It departs from docs/ta-protocol.md §7.2 (lock every recipient
+	// before reading the body and hold the lock until the line is
+	// marked), and package tacheck's lock case fails such an agent: the
+	// project's agents leave it off; it measures what the lock costs.
 	Instant bool
 }
 
