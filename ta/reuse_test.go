@@ -177,3 +177,25 @@ func TestReuseDroppedOnIdleAndResync(t *testing.T) {
 		t.Errorf("message file offsets as the jobs found them %v, want %v (fresh opens)", r.offsets, want)
 	}
 }
+
+// TestReuseNotAfterLastRecipient: a job that leaves none of its message's
+// recipients pending keeps nothing open: the scheduler removes the
+// message on its report, and the last close (where the kernel frees the
+// blocks) is then the scheduler's, not the agent's. A message with a
+// recipient left is kept.
+func TestReuseNotAfterLastRecipient(t *testing.T) {
+	dir, _ := reuseSpool(t)
+	r := &reuseAgent{t: t}
+	c := serve(t, &Agent{Channel: "smtp", Dir: dir}, r.deliver)
+	c.expect("#hungry")
+	base := openFDs(t)
+	c.job("7\ta.test") // b and c still pending: kept
+	if n := openFDs(t); n != base+2 {
+		t.Errorf("after a job that left recipients pending: %d descriptors, want %d (the message's two kept)", n, base+2)
+	}
+	c.job("8\ta.test") // 8's only recipient: 8 is done
+	if n := openFDs(t); n != base {
+		t.Errorf("after the job that finished message 8: %d descriptors, want %d (nothing kept)", n, base)
+	}
+	c.end()
+}

@@ -6,6 +6,8 @@
 // status byte (+, -, or back to blank), appends the d line that ok2 and
 // error2 promise, and writes the report line. Recipients the delivery
 // function forgets are reported deferred and unlocked, never lost.
+// Agent.Instant (a null agent; outside the protocol's §7.2) writes no
+// lock, only the marks.
 //
 // The wire behaviour follows what ZMailer's own agents were observed to do
 // (reference/zmailer-ta-observed.md §4.1–§4.4): one #hungry before every
@@ -31,8 +33,10 @@
 // cannot give another file while the agent holds this one open), and the
 // status of each recipient is read again from the file before its lock is
 // taken, as a fresh open would have read it. The files are closed when a
-// job names another message, on #idle, on a #resync and when Serve
-// returns; an agent thus holds at most one message's files between jobs.
+// job names another message, on #idle, on a #resync, when a job leaves no
+// recipient of the message pending (the scheduler is about to remove it)
+// and when Serve returns; an agent thus holds at most one message's files
+// between jobs.
 package ta
 
 import (
@@ -93,6 +97,23 @@ type Agent struct {
 	PID int
 	// Now stamps d lines; nil means time.Now.
 	Now func() time.Time
+	// Instant declares that the delivery function takes no time and acts
+	// on nothing outside this process before it returns: a null agent.
+	// Serve then writes no lock into the control file, only each
+	// recipient's outcome, where the lock and the mark are one write; a
+	// recipient deferred leaves the file as it was. The lock is there so
+	// that, while a delivery runs, a restarted scheduler or another agent
+	// sees the recipient taken; a delivery that is over before it could
+	// be seen leaves nothing to see, and ZMailer's order holds: the mark
+	// is on disk before the report line. Each unwritten lock spares a
+	// system call per job and, on a journalling filesystem, an update of
+	// the file's change time. Rcpt(i).PID stays 0.
+	//
+	// It departs from docs/ta-protocol.md §7.2 (lock every recipient
+	// before reading the body and hold the lock until the line is
+	// marked), and package tacheck's lock case fails such an agent: the
+	// project's agents leave it off; it measures what the lock costs.
+	Instant bool
 }
 
 // Result is the outcome for one locked recipient.
@@ -129,6 +150,8 @@ type Delivery struct {
 	id     kept        // h's identity, as far as known (reused)
 	// resynced: the job was answered #resync; its files are not kept.
 	resynced bool
+	// unlocked: the locks were taken in memory only (Agent.Instant).
+	unlocked bool
 
 	// Room for state and Rcpts of a job of few recipients, the common
 	// case: one allocation a job rather than three.
@@ -283,6 +306,9 @@ type session struct {
 	// noCloseRange is set once close_range has failed (an old kernel, a
 	// seccomp filter): descriptors are then closed one by one.
 	noCloseRange bool
+	// noNoatime is set once an open with O_NOATIME has been refused: the
+	// agent does not own the queue's files.
+	noNoatime bool
 	// kept is the message of the last job, its files still open, for
 	// the next job if it names the same control file.
 	kept kept
@@ -522,14 +548,31 @@ func (s *session) openBody(p, id string, direct bool) (int, error) {
 			if path.Base(p) != id {
 				name = path.Join(hashDir(p), id)
 			}
-			fd, err := rawsys.Open(s.queueFD, name, unix.O_RDONLY)
+			fd, err := s.openRead(s.queueFD, name)
 			if pe, ok := err.(*fs.PathError); ok {
 				pe.Path = s.bodyPath(p, id)
 			}
 			return fd, err
 		}
 	}
-	return rawsys.OpenCwd(s.bodyPath(p, id), unix.O_RDONLY)
+	return s.openRead(unix.AT_FDCWD, s.bodyPath(p, id))
+}
+
+// openRead opens a message file for reading with O_NOATIME where the
+// kernel permits it (the agent owns the file, or has CAP_FOWNER): an
+// agent's read of the message is no reason to write its inode, which on a
+// journalling filesystem mounted relatime (the default) is a journal
+// update the first time the message is read. Where O_NOATIME is refused
+// (EPERM) the agent opens without it from then on.
+func (s *session) openRead(dirfd int, name string) (int, error) {
+	if !s.noNoatime {
+		fd, err := rawsys.Open(dirfd, name, unix.O_RDONLY|unix.O_NOATIME)
+		if !errors.Is(err, unix.EPERM) {
+			return fd, err
+		}
+		s.noNoatime = true
+	}
+	return rawsys.Open(dirfd, name, unix.O_RDONLY)
 }
 
 // bodyPath is the message file of job path p whose control file names it
@@ -564,8 +607,18 @@ func openDir(dir string) int {
 // them after a #resync (the scheduler reads the file again; so shall the
 // next job). An *os.File that Body made is closed now, and the message
 // file is then not kept.
+//
+// Nor are the files of a message this job has finished, as far as the
+// file read at its open shows (no r line left pending or locked): the
+// scheduler removes the message once it has the report, so no job of it
+// can follow, and an agent that still held it open would make the last
+// close, where the kernel frees the file's blocks: on ext4 mounted
+// discard without a journal, a wait for the disk in the agent's path
+// rather than in the scheduler's removers. Closed with the job's other
+// descriptors before the flush that sends the report, the files are
+// the scheduler's to free.
 func (s *session) finish(d *Delivery) {
-	if !d.resynced {
+	if !d.resynced && !settled(d.File) {
 		k := kept{path: d.Path, h: d.h, bodyFD: d.bodyFD, dev: d.id.dev, ino: d.id.ino, statted: d.id.statted}
 		if d.body != nil {
 			d.body.Close()
@@ -578,6 +631,17 @@ func (s *session) finish(d *Delivery) {
 	}
 	s.release(d.h, d.bodyFD, d.body)
 	d.body, d.bodyFD = nil, -1
+}
+
+// settled reports whether every r line of f, as last read or written, is
+// delivered or failed.
+func settled(f *ctlfile.File) bool {
+	for i := range f.Rcpts {
+		if st := f.Rcpts[i].Status; st != ctlfile.Done && st != ctlfile.Failed {
+			return false
+		}
+	}
+	return true
 }
 
 // release closes a control file and a message file (bodyFD, or body when
@@ -703,13 +767,19 @@ func (s *session) lock(d *Delivery) bool {
 			(d.Host != "" && !strings.EqualFold(r.Host, d.Host)) {
 			continue
 		}
-		// ctlfile.Open has just read the status byte: no need to read
-		// it again, unless the file was kept open since an earlier job.
-		lock := d.h.LockAsRead
-		if d.reused {
-			lock = d.h.Lock
+		var ok bool
+		var err error
+		switch {
+		case s.a.Instant:
+			ok, err = takeUnwritten(d, i)
+		case d.reused:
+			ok, err = d.h.Lock(i, s.pid)
+		default:
+			// ctlfile.Open has just read the status byte: no need to
+			// read it again, unless the file was kept open since an
+			// earlier job.
+			ok, err = d.h.LockAsRead(i, s.pid)
 		}
-		ok, err := lock(i, s.pid)
 		if err != nil {
 			s.comment("lock %s/%d: %v", d.Path, r.Offset, err)
 			continue
@@ -728,7 +798,35 @@ func (s *session) lock(d *Delivery) bool {
 		d.state[i] = locked
 		d.Rcpts = append(d.Rcpts, i)
 	}
+	d.unlocked = s.a.Instant
 	return len(d.Rcpts) > 0
+}
+
+// takeUnwritten takes recipient i, pending, for an Instant agent: in
+// memory only, its status byte read again from a file kept open since an
+// earlier job (as Lock would), else as Open has just read it.
+func takeUnwritten(d *Delivery, i int) (bool, error) {
+	r := &d.File.Rcpts[i]
+	st := r.Status
+	if d.reused {
+		var b [1]byte
+		n, err := rawsys.Pread(d.h.FD(), b[:], r.Offset+1)
+		if err != nil {
+			return false, err
+		}
+		if n != 1 {
+			return false, io.ErrUnexpectedEOF
+		}
+		st = ctlfile.Status(b[0])
+	}
+	switch st {
+	case ctlfile.Pending:
+		r.Status = ctlfile.Locked
+		return true, nil
+	case ctlfile.Locked, ctlfile.Done, ctlfile.Failed:
+		r.Status = st
+	}
+	return false, nil
 }
 
 // settle writes one recipient's outcome: first the d line and the mark in
@@ -787,7 +885,10 @@ func (d *Delivery) settle(r Result) {
 	case report.Permanent:
 		mark = ctlfile.Failed
 	}
-	if err := d.h.Mark(r.Rcpt, mark); err != nil {
+	if d.unlocked && mark == ctlfile.Pending {
+		// Nothing was written: the line on disk is pending still.
+		rc.Status = ctlfile.Pending
+	} else if err := d.h.Mark(r.Rcpt, mark); err != nil {
 		s.comment("mark %s/%d: %v", d.Path, rc.Offset, err)
 	}
 	retry := ""
