@@ -128,12 +128,16 @@ func NewWindow(c *config.Clause) Window {
 
 // Start puts the window where a new destination starts: at the initial
 // concurrency, or at 1 in slow start.
-func (w *Window) Start() {
-	w.Concurrency = min(w.Initial, w.Max)
-	w.Starting = w.SlowStart && w.Concurrency > 1
-	if w.Starting {
-		w.Concurrency = 1
+func (w *Window) Start() { w.Concurrency, w.Starting = w.start() }
+
+// start is where Start puts the window: its concurrency, and whether it is
+// in slow start.
+func (w *Window) start() (concurrency int, starting bool) {
+	concurrency = min(w.Initial, w.Max)
+	if w.SlowStart && concurrency > 1 {
+		return 1, true
 	}
+	return concurrency, false
 }
 
 // Limit is how many agents may work the destination at once: 0 while it
@@ -342,9 +346,8 @@ func (w *Window) Revive(busy int) {
 // new destination starts. A window past its slow start is not: the
 // destination has been reached, and its next thread need not start slow.
 func (w *Window) Fresh() bool {
-	start := *w
-	start.Start()
-	return w.Concurrency == start.Concurrency && w.Starting == start.Starting && w.Success == 0 && w.Failure == 0 &&
+	c, starting := w.start()
+	return w.Concurrency == c && w.Starting == starting && w.Success == 0 && w.Failure == 0 &&
 		w.FailCohorts == 0 && w.Ceiling == 0
 }
 
