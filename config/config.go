@@ -67,6 +67,13 @@ type Clause struct {
 	// failed at start, before it tries a new one; the wait starts at 1s and
 	// doubles. Default 60s (Postfix: transport_retry_time).
 	TransportRetryTime Duration
+	// Feed is what an agent is fed after a job: FeedThread (default), its
+	// own thread's next vertex; FeedMessage, first the same message's other
+	// due vertices in the ring (each on its own thread, within its
+	// window), so that an agent's consecutive jobs reuse one message's
+	// open files. Not with a host-bound command (its agents serve one
+	// host) nor with [cluster].
+	Feed string
 
 	InitialConcurrency   int      // starting window; default 5, at most MaxThr
 	PositiveFeedback     Feedback // default 1/concurrency

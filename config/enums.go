@@ -195,3 +195,9 @@ func (s *Stdio) UnmarshalText(b []byte) error {
 
 // MarshalText implements encoding.TextMarshaler.
 func (s Stdio) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// The values of a clause's feed key (Clause.Feed).
+const (
+	FeedThread  = "thread"  // an agent is fed from its own thread (ZMailer)
+	FeedMessage = "message" // a message's vertices in the ring one after another (Postfix's peers)
+)

@@ -206,6 +206,7 @@ var clauseTable = []key[layer]{
 	{name: "maxring", field: func(l *layer) any { return &l.c.MaxRing }, def: 20, lo: 1, hi: unbounded},
 	{name: "maxthr", field: func(l *layer) any { return &l.c.MaxThr }, def: 20, lo: 1, hi: unbounded},
 	{name: "overfeed", field: func(l *layer) any { return &l.c.Overfeed }, def: 0, lo: 0, hi: unbounded},
+	{name: "feed", field: func(l *layer) any { return &l.c.Feed }, def: FeedThread, words: []string{FeedThread, FeedMessage}},
 	{name: "queueonly", field: func(l *layer) any { return &l.c.QueueOnly }, def: false},
 	{name: "ageorder", set: setAgeOrder},
 	{name: "order", field: func(l *layer) any { return &l.c.Order }, def: "preemptive",

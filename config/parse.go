@@ -135,6 +135,13 @@ func parse(name, dir string, data []byte) (*Config, error) {
 		} else {
 			p.errorf(p.lines.top("cluster"), "cluster", "must be a table ([cluster]), not %s", tomlType(v))
 		}
+		for i := range c.Clauses {
+			if c.Clauses[i].Feed == FeedMessage {
+				// A borrowed job would hold a session on its destination
+				// without a lease from the shared book.
+				p.errorf(c.clauseLines[i].line("feed"), "clause.feed", "%q is not supported with [cluster]: the shared windows lease one session per agent", FeedMessage)
+			}
+		}
 	}
 
 	if len(p.errs) > 0 {
@@ -397,6 +404,11 @@ func (p *parser) finishClause(l layer, section string, tl *tableLines) Clause {
 				what = strconv.Quote(c.Select)
 			}
 			p.errorf(tl.line("command"), "clause.command", "required: %s has no command, and [defaults] gives none", what)
+		}
+		if c.Feed == FeedMessage && c.Command.HostBound() {
+			// Its agents serve one host: there are no peers on other
+			// hosts to feed them.
+			p.errorf(tl.line("feed"), "clause.feed", "%q needs a command that is not host-bound (no $host): its agents serve one host", FeedMessage)
 		}
 	}
 	return c

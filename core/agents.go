@@ -8,9 +8,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"zsched/config"
 	"zsched/report"
 	"zsched/ring"
 	"zsched/thread"
+	"zsched/vertex"
 )
 
 // serve gives agents to the ring's wanting threads, best first, until none
@@ -206,37 +208,116 @@ func (s *Core) detach(a *agent, now time.Time) {
 }
 
 // feed writes job lines to a until overfeed+1 are outstanding or its thread
-// has nothing due, the best vertex of the thread first.
+// has nothing due, the best vertex of the thread first. With feed =
+// "message" each job is followed by its message's other vertices in the
+// ring that can be fed (feedPeer), before the thread's next vertex.
 func (s *Core) feed(a *agent, now time.Time) {
 	t := a.thread
 	limit := s.clause(a.clause).Overfeed + 1
+	peers := s.feedsPeers(a)
 	// An agent takes no new job while its thread has more agents than its
 	// window allows: negative feedback must take effect on agents already
 	// attached, not only on new ones (Postfix checks the window per delivery).
-	for !s.stopping && a.jobs < limit && t.Startable(now) && s.within(t) {
+	for !s.stopping && a.jobs < limit {
+		if peers && a.peers != nil && s.feedPeer(a, now) {
+			continue
+		}
+		if !t.Startable(now) || !s.within(t) {
+			break
+		}
 		s.orderPickFrom(a.ring, t, now)
 		v := t.Ready.Pop()
 		s.orderFed(a.ring, v, now)
-		due := v.Due()
-		if t.BackoffUntil.After(due) {
-			due = t.BackoffUntil
+		s.job(a, v, t, nil, now)
+		if peers {
+			a.peers = v.Msg
 		}
-		s.latency.Observe(now.Sub(due))
-		v.Agent = a.id
-		v.Attempts++
-		a.fifo = append(a.fifo, entry{kind: entryJob, v: v, msg: v.Msg, fed: now})
-		a.jobs++
-		if c := s.clause(a.clause); c.JobTimeout > 0 {
-			s.watch(a.heard.Add(c.JobTimeout.D()))
-		}
-		line := v.Msg.Path
-		if !a.ring.HostBound() {
-			line += "\t" + v.Host
-		}
-		s.ready.Writes = append(s.ready.Writes, Write{Agent: a.id, Line: line, Due: due})
 	}
 	s.ring(t).Update(t, now)
 	s.agenda.SetWake(t, t.NextWake(now))
+}
+
+// job writes v's job line to a: v, taken off t's Ready heap, is a's to
+// attempt. borrowed is t when the job holds one of t's sessions (t is not
+// a's thread), else nil.
+func (s *Core) job(a *agent, v *vertex.Vertex, t, borrowed *thread.Thread, now time.Time) {
+	due := v.Due()
+	if t.BackoffUntil.After(due) {
+		due = t.BackoffUntil
+	}
+	s.latency.Observe(now.Sub(due))
+	v.Agent = a.id
+	v.Attempts++
+	a.fifo = append(a.fifo, entry{kind: entryJob, v: v, msg: v.Msg, fed: now, borrowed: borrowed})
+	a.jobs++
+	if c := s.clause(a.clause); c.JobTimeout > 0 {
+		s.watch(a.heard.Add(c.JobTimeout.D()))
+	}
+	line := v.Msg.Path
+	if !a.ring.HostBound() {
+		line += "\t" + v.Host
+	}
+	s.ready.Writes = append(s.ready.Writes, Write{Agent: a.id, Line: line, Due: due})
+}
+
+// feedsPeers reports whether a is fed its messages' peers (feed =
+// "message"). Never for a host-bound ring, whose agents serve one host,
+// nor with a book, which leases one session per agent (config refuses
+// both; a clause built by hand may not).
+func (s *Core) feedsPeers(a *agent) bool {
+	return s.clause(a.clause).Feed == config.FeedMessage && !a.ring.HostBound() && s.book == nil
+}
+
+// feedPeer feeds a the first vertex of a.peers, the message a was last
+// fed, that its own thread would let an agent take now: in a's ring,
+// ready, on a thread that is startable, not asking its book and has a
+// session free in its window. The job borrows that session (entry.borrowed)
+// unless the thread is a's own. It reports whether one was fed; when none
+// was, a.peers is done with.
+//
+// This is Postfix's order within a job (qmgr_job_entry_select: the current
+// job's next peer) rather than ZMailer's thread binding: an agent's
+// consecutive jobs are one message, whose files it keeps open.
+func (s *Core) feedPeer(a *agent, now time.Time) bool {
+	for _, v := range a.peers.Vertices {
+		if v.Agent != 0 {
+			continue
+		}
+		t := s.threadOf(v)
+		if t == nil || !v.In(&t.Ready) || s.ringKey(t) != a.ring.Key || !t.Startable(now) {
+			continue
+		}
+		if t == a.thread {
+			if !s.within(t) {
+				continue
+			}
+			t.Ready.Remove(v)
+			s.orderFed(a.ring, v, now)
+			s.job(a, v, t, nil, now)
+			return true
+		}
+		if t.Asking || t.Busy >= t.Window.Limit() {
+			continue
+		}
+		t.Ready.Remove(v)
+		t.Busy++
+		s.orderFed(a.ring, v, now)
+		s.job(a, v, t, t, now)
+		a.ring.Update(t, now)
+		s.agenda.SetWake(t, t.NextWake(now))
+		return true
+	}
+	a.peers = nil
+	return false
+}
+
+// giveBack returns the session e's job borrowed, if any. The caller
+// updates the thread.
+func giveBack(e *entry) {
+	if t := e.borrowed; t != nil {
+		e.borrowed = nil
+		t.Busy--
+	}
 }
 
 // next finds more work for an agent with nothing outstanding: the best
@@ -270,6 +351,7 @@ func (s *Core) next(a *agent, now time.Time) {
 		}
 		s.detach(a, now)
 	}
+	a.peers = nil
 	a.fifo = append(a.fifo, entry{kind: entryIdle})
 	a.state = idling
 	s.ready.Writes = append(s.ready.Writes, Write{Agent: a.id, Line: "#idle"})
@@ -487,6 +569,14 @@ func (s *Core) kill(a *agent, reason string, now time.Time) {
 	s.ready.Stops = append(s.ready.Stops, Stop{Agent: a.id, Kill: true, Reason: reason})
 	if a.thread != nil {
 		s.detach(a, now)
+	}
+	// Its borrowed sessions come free with its own: a killed agent's jobs
+	// are done with, though they end only at its exit.
+	for i := range a.fifo {
+		if t := a.fifo[i].borrowed; t != nil {
+			giveBack(&a.fifo[i])
+			s.update(t, now)
+		}
 	}
 }
 

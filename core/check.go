@@ -17,10 +17,21 @@ import (
 func (s *Core) Check(now time.Time) error {
 	held := make(map[*vertex.Vertex]int)
 	perChannel := make(map[string]int)
+	// sessions counts each thread's agents and borrowed jobs: its Busy.
+	sessions := make(map[*thread.Thread]int)
 	for id, a := range s.agents {
 		perChannel[a.channel]++
+		if a.thread != nil {
+			sessions[a.thread]++
+		}
 		jobs := 0
 		for _, e := range a.fifo {
+			if e.borrowed != nil {
+				if e.kind != entryJob || a.killed || e.borrowed == a.thread {
+					return fmt.Errorf("agent %d (killed %v) holds a session of %s/%s it may not", id, a.killed, e.borrowed.Channel, e.borrowed.Host)
+				}
+				sessions[e.borrowed]++
+			}
 			if e.kind == entryJob {
 				jobs++
 				in := s.msgs[e.msg.Inum] == e.msg
@@ -89,9 +100,17 @@ func (s *Core) Check(now time.Time) error {
 			return fmt.Errorf("msg %d: %d recipients in vertices, pending says %d", inum, n, m.Pending)
 		}
 	}
+	for t := range sessions {
+		if s.threads[t.Key] != t {
+			return fmt.Errorf("thread %s/%s has sessions but is not in core", t.Channel, t.Host)
+		}
+	}
 	for k, t := range s.threads {
 		if err := t.Check(); err != nil {
 			return fmt.Errorf("thread %s/%s: %w", k.Channel, k.Host, err)
+		}
+		if t.Busy != sessions[t] {
+			return fmt.Errorf("thread %s/%s: busy %d, but %d agents and borrowed jobs", k.Channel, k.Host, t.Busy, sessions[t])
 		}
 		if t.Ready.Len() > 0 && t.BackingOff(now) && t.Wake().IsZero() {
 			return fmt.Errorf("thread %s/%s backs off with ready work but no timer", k.Channel, k.Host)

@@ -64,6 +64,11 @@ type entry struct {
 	deferred []deferral
 	fed      time.Time
 	reported int // reports of this job, of any status
+	// borrowed is the thread of a job fed from another thread than the
+	// agent's (feed = "message"): the job holds one of that thread's
+	// sessions (its Busy) until it ends or its agent is killed; nil
+	// when none is held.
+	borrowed *thread.Thread
 }
 
 type deferral struct {
@@ -95,6 +100,9 @@ type agent struct {
 	// lease is its session's hold on the thread's window in the book
 	// (book.go), 0 without a book.
 	lease window.Lease
+	// peers is the message whose other vertices in the ring the agent is
+	// fed next (feed = "message"), nil when none.
+	peers *vertex.Message
 }
 
 // Core is the deterministic scheduling core: every decision of the

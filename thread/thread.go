@@ -32,7 +32,10 @@ type Thread struct {
 	vertices int
 	tally    Tally
 
-	Busy   int // agents attached
+	// Busy counts the destination's sessions: agents attached, and jobs
+	// that agents of other threads were fed from it (a clause's feed =
+	// "message"), each while it runs.
+	Busy   int
 	Window Window
 
 	// BackoffUntil is set while the destination is dead (its window's
