@@ -231,6 +231,9 @@ func (s *Core) feed(a *agent, now time.Time) {
 		s.job(a, v, t, nil, now)
 		if peers {
 			a.peers = v.Msg
+			// The pop left t out of place in the ring's wanting heap,
+			// which borrowing on another thread rearranges.
+			s.ring(t).Update(t, now)
 		}
 	}
 	s.ring(t).Update(t, now)
@@ -272,8 +275,10 @@ func (s *Core) feedsPeers(a *agent) bool {
 // fed, that its own thread would let an agent take now: in a's ring,
 // ready, on a thread that is startable, not asking its book and has a
 // session free in its window. The job borrows that session (entry.borrowed)
-// unless the thread is a's own. It reports whether one was fed; when none
-// was, a.peers is done with.
+// unless the thread is a's own. It reports whether one was fed. a.peers
+// stays until a is fed another message or goes idle: a peer that was not
+// ready (placed after a's job, promoted by a later timer, or its window
+// full) is fed at a's next #hungry if it is ready then.
 //
 // This is Postfix's order within a job (qmgr_job_entry_select: the current
 // job's next peer) rather than ZMailer's thread binding: an agent's
@@ -294,6 +299,7 @@ func (s *Core) feedPeer(a *agent, now time.Time) bool {
 			t.Ready.Remove(v)
 			s.orderFed(a.ring, v, now)
 			s.job(a, v, t, nil, now)
+			s.ring(t).Update(t, now)
 			return true
 		}
 		if t.Asking || t.Busy >= t.Window.Limit() {
@@ -307,7 +313,6 @@ func (s *Core) feedPeer(a *agent, now time.Time) bool {
 		s.agenda.SetWake(t, t.NextWake(now))
 		return true
 	}
-	a.peers = nil
 	return false
 }
 

@@ -505,6 +505,10 @@ func writeThread(w io.Writer, t core.ThreadView, now time.Time) {
 		}
 		fmt.Fprintf(w, " agents=%s", strings.Join(as, ","))
 	}
+	if t.Busy != len(t.Agents) {
+		// Sessions borrowed by other threads' agents (feed = "message").
+		fmt.Fprintf(w, " busy=%d", t.Busy)
+	}
 	if t.Ceiling > 0 {
 		fmt.Fprintf(w, " ceiling=%d", t.Ceiling)
 		if !t.Confirmed {

@@ -56,20 +56,23 @@ type ThreadView struct {
 	Recipients int
 	Attempts   int
 	Agents     []int // ids of the agents attached
-	Window     int   // current concurrency; 0 = dead
-	MaxThr     int
-	Ceiling    int  // learned concurrency ceiling (issue 10); 0 = none
-	Confirmed  bool // the ceiling is confirmed: growth past it is slowed
-	State      ThreadState
-	Pend       Reason    // for ThreadBlocked: the limit in the way
-	Wake       time.Time // next time of interest; zero = none
-	Backoff    time.Time // back-off end; zero = none
-	Oldest     time.Time // arrival of its oldest message
-	LastText   string
-	QueueOnly  bool
-	ETRN       bool // an ETRN released the queueonly thread until nothing is due
-	Held       bool
-	HostBound  bool // its ring is one host's ($host in the command)
+	// Busy is its sessions: the agents attached, and jobs fed to agents
+	// of other threads (feed = "message") while they run.
+	Busy      int
+	Window    int // current concurrency; 0 = dead
+	MaxThr    int
+	Ceiling   int  // learned concurrency ceiling (issue 10); 0 = none
+	Confirmed bool // the ceiling is confirmed: growth past it is slowed
+	State     ThreadState
+	Pend      Reason    // for ThreadBlocked: the limit in the way
+	Wake      time.Time // next time of interest; zero = none
+	Backoff   time.Time // back-off end; zero = none
+	Oldest    time.Time // arrival of its oldest message
+	LastText  string
+	QueueOnly bool
+	ETRN      bool // an ETRN released the queueonly thread until nothing is due
+	Held      bool
+	HostBound bool // its ring is one host's ($host in the command)
 	// Cluster is the destination's shared window as the book last
 	// answered; nil without [cluster] (book.go).
 	Cluster *ClusterView
@@ -201,7 +204,7 @@ func (s *Core) findThread(channel, host string) *thread.Thread {
 func (s *Core) threadView(t *thread.Thread, now time.Time, agents []int) ThreadView {
 	tv := ThreadView{
 		Channel: t.Channel, Host: t.Host, Vertices: t.Vertices(), Attempts: t.Attempts,
-		Agents: agents, Window: t.Window.Limit(), MaxThr: s.clause(t.Clause).MaxThr,
+		Agents: agents, Busy: t.Busy, Window: t.Window.Limit(), MaxThr: s.clause(t.Clause).MaxThr,
 		State: s.threadState(t, now), Wake: t.Wake(), LastText: t.LastText,
 		QueueOnly: t.QueueOnly, ETRN: t.ETRN, Held: t.Held,
 	}

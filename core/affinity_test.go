@@ -1,0 +1,113 @@
+package core_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"zsched/core"
+	"zsched/sim"
+)
+
+// affinityRun drains 300 messages × 4 recipients, each recipient on another
+// of 20 destinations (bench's workload, smaller), through agents that take
+// a second a recipient, under feed = feed. It fails the test if a
+// destination ever has more sessions (agents attached and borrowed jobs)
+// than its window, and returns each agent's job lines' messages in order.
+func affinityRun(t *testing.T, feed string) map[int][]string {
+	t.Helper()
+	cfg, err := parseConfig(fmt.Sprintf(`
+[[clause]]
+select = "smtp/*"
+command = "sink -c smtp"
+feed = %q
+maxring = 4
+overfeed = 3
+maxthr = 2
+initial_concurrency = 2
+slow_start = false
+`, feed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sim.New(cfg, func(j sim.Job) sim.Response {
+		r := sim.Sink(j)
+		r.Delay = time.Second
+		return r
+	}, 1)
+	s.Check = true
+	over := 0
+	s.OnReady = func(*core.Ready) {
+		for _, w := range s.Core.Gauges(s.Now, 1000).Busiest {
+			if w.Busy > w.Window {
+				if over++; over <= 5 {
+					t.Errorf("%s at %s: %s/%s has %d sessions, window %d", feed, sim.At(s.Now), w.Channel, w.Host, w.Busy, w.Window)
+				}
+			}
+		}
+	}
+	const msgs, rcpts, domains = 300, 4, 100
+	for i := range msgs {
+		var to []string
+		for k := range rcpts {
+			to = append(to, fmt.Sprintf("smtp/d%d.test/u%d", (i+(domains/4)*k)%domains, k))
+		}
+		s.Enqueue(to...)
+	}
+	s.Run(24 * time.Hour)
+	if err := s.Err(); err != nil {
+		t.Fatalf("%s: %v", feed, err)
+	}
+	if p := s.Pending(); len(p) > 0 {
+		t.Fatalf("%s: %d recipients left, e.g. %s", feed, len(p), p[0])
+	}
+	lines := make(map[int][]string)
+	for _, j := range s.JobLog {
+		lines[j.Agent] = append(lines[j.Agent], j.Path)
+	}
+	return lines
+}
+
+// runs returns the number of job lines and of runs of one message among
+// them, over all agents, and the messages whose lines to one agent are
+// split over several runs.
+func runs(lines map[int][]string) (jobs, n, split int) {
+	for _, ls := range lines {
+		seen := make(map[string]bool)
+		for i, p := range ls {
+			jobs++
+			if i > 0 && ls[i-1] == p {
+				continue
+			}
+			n++
+			if seen[p] {
+				split++
+			}
+			seen[p] = true
+		}
+	}
+	return jobs, n, split
+}
+
+// With feed = "message" an agent's job lines come in runs of one message,
+// nearly all a message's recipients (4) long, and no destination takes more
+// sessions than its window; fed from its thread, an agent's consecutive
+// jobs are different messages.
+func TestFeedMessageRuns(t *testing.T) {
+	jobs, n, split := runs(affinityRun(t, "message"))
+	mean := float64(jobs) / float64(n)
+	t.Logf(`feed = "message": %d job lines in %d runs of one message (mean %.2f), %d messages split`, jobs, n, mean, split)
+	if mean < 3.5 {
+		t.Errorf(`feed = "message": mean run %.2f job lines, want at least 3.5 of 4`, mean)
+	}
+	if split > n/20 {
+		t.Errorf(`feed = "message": %d of %d runs continue a message the agent had before`, split, n)
+	}
+
+	jobs, n, _ = runs(affinityRun(t, "thread"))
+	mean = float64(jobs) / float64(n)
+	t.Logf(`feed = "thread": %d job lines in %d runs (mean %.2f)`, jobs, n, mean)
+	if mean > 1.1 {
+		t.Errorf(`feed = "thread": mean run %.2f job lines: the default feed changed`, mean)
+	}
+}
