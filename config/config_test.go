@@ -54,6 +54,26 @@ select = "smtp/*"
 command = "smtp"
 maxring = 0 #<-
 `, "clause.maxring", "must be >= 1"},
+		{"feed message with a host-bound command", head + `
+[[clause]]
+select = "smtp/*"
+command = "smtp -h $host"
+feed = "message" #<-
+`, "clause.feed", "not host-bound"},
+		{"feed message with a cluster", head + `
+[[clause]]
+select = "smtp/*"
+command = "smtp"
+feed = "message" #<-
+[cluster]
+redis = "redis://127.0.0.1:6379/0"
+`, "clause.feed", "not supported with [cluster]"},
+		{"feed word", head + `
+[[clause]]
+select = "smtp/*"
+command = "smtp"
+feed = "recipient" #<-
+`, "clause.feed", "thread"},
 		{"second clause of two", head + `
 [[clause]]
 select = "local/*"
