@@ -68,6 +68,7 @@ func bench(args []string, stdout, stderr io.Writer) error {
 	maxring := fs.Int("maxring", 4, "agents in the ring (maxring): on 2 cores 4 agents, each fed many lines at once, cost less CPU per recipient than 16")
 	maxthr := fs.Int("maxthr", 20, "agents per destination (maxthr)")
 	overfeed := fs.Int("overfeed", 32, "job lines outstanding per agent beyond one (overfeed)")
+	feed := fs.String("feed", "thread", "what an agent is fed after a job (the clause's feed): thread, or message for the same message's other recipients first")
 	msgLimit := fs.Int("msglimit", 20000, "message_active_limit: messages in core")
 	rcptLimit := fs.Int("rcptlimit", 20000, "recipient_active_limit: recipients in core")
 	hash := fs.Int("hash", 2, "hash directory levels of the queue (0, 1 or 2); 2 keeps directories small, which makes unlink cheap")
@@ -136,8 +137,9 @@ maxring = %d
 maxthr = %d
 initial_concurrency = %d
 overfeed = %d
+feed = %q
 nice = %d
-`, po, *logLevel, *maxring+8, *msgLimit, *rcptLimit, agent, *maxring, *maxthr, min(5, *maxthr), *overfeed, *nice)
+`, po, *logLevel, *maxring+8, *msgLimit, *rcptLimit, agent, *maxring, *maxthr, min(5, *maxthr), *overfeed, *feed, *nice)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
 	}
