@@ -2,10 +2,12 @@ package core_test
 
 import (
 	"fmt"
+	"math/rand"
 	"testing"
 	"time"
 
 	"zsched/core"
+	"zsched/report"
 	"zsched/sim"
 )
 
@@ -109,5 +111,70 @@ func TestFeedMessageRuns(t *testing.T) {
 	t.Logf(`feed = "thread": %d job lines in %d runs (mean %.2f)`, jobs, n, mean)
 	if mean > 1.1 {
 		t.Errorf(`feed = "thread": mean run %.2f job lines: the default feed changed`, mean)
+	}
+}
+
+// TestFeedMessageUnderFaults drives feed = "message" through agents that
+// deliver, defer, fail the site, crash and hang, with the core's invariant
+// check (every thread's sessions: its agents and the jobs borrowed from
+// it) after every event, and sees every session given back at the end.
+func TestFeedMessageUnderFaults(t *testing.T) {
+	cfg, err := parseConfig(`
+[[clause]]
+select = "smtp/*"
+command = "sink -c smtp"
+feed = "message"
+maxring = 3
+overfeed = 4
+maxthr = 3
+interval = "1m"
+retries = [1, 2]
+jobtimeout = "2m"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seed := int64(1); seed <= 5; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		s := sim.New(cfg, func(j sim.Job) sim.Response {
+			st := make([]report.Status, len(j.Rcpts))
+			r := sim.Response{Status: st, Delay: time.Duration(rng.Intn(3000)) * time.Millisecond}
+			for i := range st {
+				st[i] = report.OK3
+			}
+			switch p := rng.Intn(100); {
+			case p < 10:
+				st[0] = report.Deferred
+			case p < 18:
+				for i := range st {
+					st[i] = report.DeferAll
+				}
+			case p < 21:
+				r.Crash, r.Status = true, nil
+			case p < 23:
+				r.Hang = true
+			}
+			return r
+		}, seed)
+		s.Check = true
+		for i := range 120 {
+			var to []string
+			for k := range 1 + i%4 {
+				to = append(to, fmt.Sprintf("smtp/d%d.test/u%d", (i+3*k)%8, k))
+			}
+			s.Enqueue(to...)
+		}
+		s.Run(6 * time.Hour)
+		if err := s.Err(); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if p := s.Pending(); len(p) > 0 {
+			t.Errorf("seed %d: %d recipients left, e.g. %s", seed, len(p), p[0])
+		}
+		for _, w := range s.Core.Gauges(s.Now, 100).Busiest {
+			if w.Busy != 0 {
+				t.Errorf("seed %d: %s/%s still counts %d sessions", seed, w.Channel, w.Host, w.Busy)
+			}
+		}
 	}
 }
