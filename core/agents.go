@@ -215,13 +215,15 @@ func (s *Core) feed(a *agent, now time.Time) {
 	t := a.thread
 	limit := s.clause(a.clause).Overfeed + 1
 	peers := s.feedsPeers(a)
-	// An agent takes no new job while its thread has more agents than its
-	// window allows: negative feedback must take effect on agents already
-	// attached, not only on new ones (Postfix checks the window per delivery).
 	for !s.stopping && a.jobs < limit {
+		// A peer needs room in its own thread's window, not in t's.
 		if peers && a.peers != nil && s.feedPeer(a, now) {
 			continue
 		}
+		// An agent takes no new job while its thread has more agents than
+		// its window allows: negative feedback must take effect on agents
+		// already attached, not only on new ones (Postfix checks the
+		// window per delivery).
 		if !t.Startable(now) || !s.within(t) {
 			break
 		}
@@ -233,7 +235,7 @@ func (s *Core) feed(a *agent, now time.Time) {
 			a.peers = v.Msg
 			// The pop left t out of place in the ring's wanting heap,
 			// which borrowing on another thread rearranges.
-			s.ring(t).Update(t, now)
+			a.ring.Update(t, now)
 		}
 	}
 	s.ring(t).Update(t, now)
@@ -289,7 +291,9 @@ func (s *Core) feedPeer(a *agent, now time.Time) bool {
 			continue
 		}
 		t := s.threadOf(v)
-		if t == nil || !v.In(&t.Ready) || s.ringKey(t) != a.ring.Key || !t.Startable(now) {
+		// The ring is not host-bound (feedsPeers): its key is the clause
+		// and the channel.
+		if t == nil || t.Clause != a.ring.Clause || t.Channel != a.ring.Channel || !v.In(&t.Ready) || !t.Startable(now) {
 			continue
 		}
 		if t == a.thread {
@@ -299,7 +303,7 @@ func (s *Core) feedPeer(a *agent, now time.Time) bool {
 			t.Ready.Remove(v)
 			s.orderFed(a.ring, v, now)
 			s.job(a, v, t, nil, now)
-			s.ring(t).Update(t, now)
+			a.ring.Update(t, now)
 			return true
 		}
 		if t.Asking || t.Busy >= t.Window.Limit() {
