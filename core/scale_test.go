@@ -44,8 +44,8 @@ type queue struct {
 	report  []byte       // scratch for report lines
 }
 
-func newQueue(tb testing.TB, order string, rcpts, perHost, domains int) *queue {
-	c := cfg(tb, scaleConfig+"order = \""+order+"\"\n")
+func newQueue(tb testing.TB, order string, rcpts, perHost, domains int, keys ...string) *queue {
+	c := cfg(tb, scaleConfig+"order = \""+order+"\"\n"+strings.Join(keys, ""))
 	return &queue{
 		s:       core.New(c, nil, rand.New(rand.NewSource(1))),
 		now:     time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
@@ -147,11 +147,16 @@ func BenchmarkDispatch(b *testing.B) {
 				benchDispatch(b, order, n)
 			})
 		}
+		// Each message's recipients to one agent after another (its
+		// borrowed sessions), against the rows above at 10 000.
+		b.Run("order="+order+"/feed=message/queued=10000", func(b *testing.B) {
+			benchDispatch(b, order, 10_000, "feed = \"message\"\n")
+		})
 	}
 }
 
-func benchDispatch(b *testing.B, order string, n int) {
-	q := newQueue(b, order, 5, 1, 1000)
+func benchDispatch(b *testing.B, order string, n int, keys ...string) {
+	q := newQueue(b, order, 5, 1, 1000, keys...)
 	fill := func() {
 		for q.queued() < n {
 			q.arrive()
