@@ -178,3 +178,44 @@ jobtimeout = "2m"
 		}
 	}
 }
+
+// A message to more destinations than feedPeer looks at in one call is
+// fed whole to one agent with room for it, in one run.
+func TestFeedMessageManyDestinations(t *testing.T) {
+	cfg, err := parseConfig(`
+[[clause]]
+select = "smtp/*"
+command = "sink -c smtp"
+feed = "message"
+maxring = 1
+overfeed = 300
+slow_start = false
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sim.New(cfg, sim.Sink, 1)
+	s.Check = true
+	var to []string
+	for d := range 200 {
+		to = append(to, fmt.Sprintf("smtp/d%d.test/u", d))
+	}
+	s.Enqueue(to...)
+	s.Enqueue("smtp/d0.test/v", "smtp/d1.test/v")
+	s.Run(time.Hour)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	jobs, n, split := runs(map[int][]string{0: pathsOf(s.JobLog)})
+	if jobs != 202 || n != 2 || split != 0 {
+		t.Errorf("%d job lines in %d runs of one message (%d split), want 202 in 2", jobs, n, split)
+	}
+}
+
+func pathsOf(log []sim.JobLine) []string {
+	var ps []string
+	for _, j := range log {
+		ps = append(ps, j.Path)
+	}
+	return ps
+}

@@ -232,7 +232,7 @@ func (s *Core) feed(a *agent, now time.Time) {
 		s.orderFed(a.ring, v, now)
 		s.job(a, v, t, nil, now)
 		if peers {
-			a.peers = v.Msg
+			a.peers, a.peerAt = v.Msg, 0
 			// The pop left t out of place in the ring's wanting heap,
 			// which borrowing on another thread rearranges.
 			a.ring.Update(t, now)
@@ -280,13 +280,18 @@ func (s *Core) feedsPeers(a *agent) bool {
 // unless the thread is a's own. It reports whether one was fed. a.peers
 // stays until a is fed another message or goes idle: a peer that was not
 // ready (placed after a's job, promoted by a later timer, or its window
-// full) is fed at a's next #hungry if it is ready then.
+// full) is fed at a's next #hungry if it is ready then. The peers are
+// looked at in the message's order, from where the last call stopped.
 //
 // This is Postfix's order within a job (qmgr_job_entry_select: the current
 // job's next peer) rather than ZMailer's thread binding: an agent's
 // consecutive jobs are one message, whose files it keeps open.
 func (s *Core) feedPeer(a *agent, now time.Time) bool {
-	for _, v := range a.peers.Vertices {
+	vs := a.peers.Vertices
+	n := min(len(vs), maxPeerScan)
+	for k := range n {
+		i := (a.peerAt + k) % len(vs)
+		v := vs[i]
 		if v.Agent != 0 {
 			continue
 		}
@@ -304,6 +309,7 @@ func (s *Core) feedPeer(a *agent, now time.Time) bool {
 			s.orderFed(a.ring, v, now)
 			s.job(a, v, t, nil, now)
 			a.ring.Update(t, now)
+			a.peerAt = i + 1
 			return true
 		}
 		if t.Asking || t.Busy >= t.Window.Limit() {
@@ -315,10 +321,20 @@ func (s *Core) feedPeer(a *agent, now time.Time) bool {
 		s.job(a, v, t, t, now)
 		a.ring.Update(t, now)
 		s.agenda.SetWake(t, t.NextWake(now))
+		a.peerAt = i + 1
 		return true
+	}
+	if len(vs) > 0 {
+		a.peerAt = (a.peerAt + n) % len(vs)
 	}
 	return false
 }
+
+// maxPeerScan bounds the vertices feedPeer looks at in one call: a
+// message to many destinations whose windows are full would otherwise
+// cost a look at each of them at every #hungry. The next call goes on
+// where this one stopped (agent.peerAt).
+const maxPeerScan = 64
 
 // giveBack returns the session e's job borrowed, if any. The caller
 // updates the thread.

@@ -103,6 +103,8 @@ type agent struct {
 	// peers is the message whose other vertices in the ring the agent is
 	// fed next (feed = "message"), nil when none.
 	peers *vertex.Message
+	// peerAt is where in peers.Vertices the next look for a peer starts.
+	peerAt int
 }
 
 // Core is the deterministic scheduling core: every decision of the
