@@ -115,7 +115,7 @@ func TestStateSaveAppendsOnlyChanges(t *testing.T) {
 	if !bytes.HasPrefix(now, whole) {
 		t.Fatal("a save rewrote the file's earlier lines")
 	}
-	want := "smtp h000010.example 6 0.25 0 0 - 2026-03-01T12:00:30Z 0 0 -\n- smtp h000020.example\n"
+	want := "smtp h000010.example 6 0.25 0 0 - 2026-03-01T12:00:30Z 0 0 - 0\n- smtp h000020.example\n"
 	if tail := string(now[len(whole):]); tail != want {
 		t.Fatalf("appended %q, want %q", tail, want)
 	}

@@ -60,7 +60,7 @@ func TestJournalWritesOnlyChanges(t *testing.T) {
 	later[10].Window.Concurrency = 6
 	later = slices.Delete(later, 20, 21)
 	w := f.save(t, j, later)
-	want := "smtp h000010.example 6 0.25 0 0 - 2026-03-01T12:00:30Z 0 0 -\n- smtp h000020.example\n"
+	want := "smtp h000010.example 6 0.25 0 0 - 2026-03-01T12:00:30Z 0 0 - 0\n- smtp h000020.example\n"
 	if w.Whole || string(w.Data) != want || !bytes.HasPrefix(f.data, whole) {
 		t.Fatalf("save wrote (whole %v) %q, want %q appended", w.Whole, w.Data, want)
 	}
@@ -120,8 +120,9 @@ func TestJournalRewritesAfterAFailureOrAnOldFile(t *testing.T) {
 	}
 
 	torn := append(Format(many(3, t0)), "smtp h000001.example 9 0.25 0 0 - 2026-03-01T12:"...)
-	old := bytes.Replace(Format(many(3, t0)), []byte("v3"), []byte("v2"), 1)
-	for name, data := range map[string][]byte{"torn": torn, "v2": old} {
+	v3 := []byte(older(string(Format(many(3, t0))), HeaderV3))
+	v2 := []byte(older(string(Format(many(3, t0))), HeaderV2))
+	for name, data := range map[string][]byte{"torn": torn, "v3": v3, "v2": v2} {
 		j := NewJournal()
 		got, err := j.Load(data)
 		if err != nil || !reflect.DeepEqual(got, many(3, t0)) {
