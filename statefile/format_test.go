@@ -4,26 +4,19 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"zsched/config"
 	"zsched/core"
+	"zsched/statefile/statefiletest"
 	"zsched/thread"
 )
 
-var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-func sample() []core.Destination {
-	return []core.Destination{
-		{Channel: "smtp", Host: "a.example", Window: thread.WindowState{Concurrency: 7, Success: 1.0 / 3, Failure: 0.1, FailCohorts: 0.2,
-			Ceiling: 6, Strikes: 2, CeilingAt: t0.Add(-2 * time.Minute)},
-			Updated: t0.Add(-time.Minute)},
-		{Channel: "smtp", Host: "dead.example", Window: thread.WindowState{Concurrency: 0},
-			DeadUntil: t0.Add(17*time.Minute + 123*time.Millisecond), Updated: t0},
-		{Channel: "smtp", Host: "slow.example", Window: thread.WindowState{Concurrency: 2, Success: 0.5, Starting: true},
-			Updated: t0},
-	}
-}
+// The fixtures the daemon's state tests share.
+var (
+	t0     = statefiletest.T0
+	sample = statefiletest.Sample
+	many   = statefiletest.Many
+)
 
 func TestStateRoundTrip(t *testing.T) {
 	data := Format(sample())

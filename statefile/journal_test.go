@@ -3,25 +3,13 @@ package statefile
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"reflect"
 	"slices"
 	"testing"
 	"time"
 
 	"zsched/core"
-	"zsched/thread"
 )
-
-// many returns n destinations in core (Updated is now), sorted.
-func many(n int, now time.Time) []core.Destination {
-	ds := make([]core.Destination, n)
-	for i := range ds {
-		ds[i] = core.Destination{Channel: "smtp", Host: fmt.Sprintf("h%06d.example", i),
-			Window: thread.WindowState{Concurrency: 5, Success: 0.25}, Updated: now}
-	}
-	return ds
-}
 
 // file is a state file in memory, written as the daemon writes it.
 type file struct{ data []byte }
