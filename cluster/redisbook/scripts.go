@@ -206,6 +206,7 @@ local function mixed(p, key, slowkey)
   return false
 end
 
+-- unslow ends a slow start under way at the initial window.
 local function unslow(w, p)
   if w.st == 1 then w.c, w.st, w.s = math.max(w.c, math.min(p.initial, p.max)), 0, 0 end
 end
@@ -246,8 +247,9 @@ local function reply(kind, retry, revived, from, died, n, nn, w, by)
 end
 `
 
-// acquire: KEYS state, leases, waiting, nodes, slow-start nodes; ARGV 1–14 settings, 15 the
-// lease's member, 16 the Free channel prefix, 17 the destination.
+// acquire: KEYS state, leases, waiting, nodes, slow-start nodes; ARGV
+// 1–14 settings, 15 the lease's member, 16 the Free channel prefix, 17 the
+// destination.
 // window.Board's Acquire: a dead destination whose time has come revives
 // to the live sessions or its initial window; a session is granted while
 // the live leases are below the window; a denied node waits for a Free
@@ -300,9 +302,9 @@ if c then notify(KEYS[3], n, tonumber(c), now, ARGV[3], ARGV[4], false) end
 return n
 `)
 
-// report: KEYS state, leases, waiting, nodes, slow-start nodes; ARGV 1–14 settings, 15 "1"
-// for a site failure, 16 its dead-until time, 17 the Free channel prefix,
-// 18 the destination. window.Record.Judge with the live leases as busy
+// report: KEYS state, leases, waiting, nodes, slow-start nodes; ARGV 1–14
+// settings, 15 "1" for a site failure, 16 its dead-until time, 17 the Free
+// channel prefix, 18 the destination. window.Record.Judge with the live leases as busy
 // and the live nodes as nodes.
 var report = redis.NewScript(prelude + `
 local p = params()
