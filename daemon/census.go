@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"zsched/core"
+	"zsched/mailq"
 )
 
 // The census (issue 17): what waits on disk beyond the active limits,
@@ -206,7 +207,7 @@ func (d *Daemon) censusUnknown(names []string, read map[string]bool) int {
 }
 
 // add counts a message that is on disk only.
-func (r *censusResult) add(q *QueueMessage, start time.Time) {
+func (r *censusResult) add(q *mailq.Message, start time.Time) {
 	r.messages++
 	r.recipients += len(q.Recipients)
 	if q.Held {

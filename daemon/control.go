@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -445,45 +444,11 @@ func errorAddress(f *ctlfile.File, offset int64) string {
 	return addr
 }
 
+// counters is SHOW COUNTERS (mailq.Counters lays it out).
 func (d *Daemon) counters(now time.Time) []string {
-	c := d.core.Counters()
-	g := d.core.Gauges(now, 0)
-	l := d.core.Latency()
-	out := []string{
-		fmt.Sprintf("messages_arrived %d", c.Arrived),
-		fmt.Sprintf("recipients_delivered %d", c.Delivered),
-		fmt.Sprintf("recipients_failed %d", c.Failed),
-		fmt.Sprintf("recipients_deferred %d", c.Deferred),
-		fmt.Sprintf("recipients_expired %d", c.Expired),
-		fmt.Sprintf("agents_started %d", c.Spawned),
-		fmt.Sprintf("agents_ended %d", c.AgentsEnded),
-		fmt.Sprintf("agents_killed %d", c.Killed),
-		fmt.Sprintf("agent_garbage_lines %d", c.Garbage),
-		fmt.Sprintf("queue_messages %d", g.Messages),
-		fmt.Sprintf("queue_vertices %d", g.Vertices),
-		fmt.Sprintf("queue_recipients %d", g.Recipients),
-		fmt.Sprintf("dispatched %d", l.Count()),
-		fmt.Sprintf("dispatch_latency_p50 %s", l.Quantile(0.5)),
-		fmt.Sprintf("dispatch_latency_p99 %s", l.Quantile(0.99)),
-		fmt.Sprintf("uptime %s", age(now.Sub(d.operator.started))),
-		fmt.Sprintf("control_commands %d", d.operator.ctlRun.Count()),
-		fmt.Sprintf("control_wait_p50 %s", d.operator.ctlWait.Quantile(0.5)),
-		fmt.Sprintf("control_wait_p99 %s", d.operator.ctlWait.Quantile(0.99)),
-		fmt.Sprintf("control_run_p50 %s", d.operator.ctlRun.Quantile(0.5)),
-		fmt.Sprintf("control_run_p99 %s", d.operator.ctlRun.Quantile(0.99)),
-	}
-	for _, st := range core.ThreadStates() {
-		out = append(out, fmt.Sprintf("threads_%s %d", st, g.Threads[st]))
-	}
-	names := make([]string, 0, len(g.Agents))
-	for n := range g.Agents {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		out = append(out, fmt.Sprintf("agents_%s %d", n, g.Agents[n]))
-	}
-	return out
+	return mailq.Counters(mailq.CounterSet{Counters: d.core.Counters(), Gauges: d.core.Gauges(now, 0),
+		Dispatch: d.core.Latency(), Uptime: now.Sub(d.operator.started),
+		ControlWait: &d.operator.ctlWait, ControlRun: &d.operator.ctlRun})
 }
 
 // qshapeBuckets are QSHAPE's age columns, in minutes (census.go counts

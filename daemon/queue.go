@@ -14,6 +14,7 @@ import (
 	"zsched/core"
 	"zsched/ctlfile"
 	"zsched/dsn"
+	"zsched/mailq"
 )
 
 // The whole spool in view (issue 17): operator commands that work on any
@@ -310,47 +311,11 @@ func sender(f *ctlfile.File) string {
 	return f.Senders[0].User
 }
 
-// QueueMessage is one message of the spool as SHOW QUEUE MESSAGES (and
-// `scheduler queue -json`) gives it.
-type QueueMessage struct {
-	ID         string      `json:"id"`
-	Path       string      `json:"path"`
-	Arrival    time.Time   `json:"arrival"`
-	Size       int64       `json:"size"`
-	Sender     string      `json:"sender"`
-	InCore     bool        `json:"in_core"`
-	Held       bool        `json:"held"`
-	Recipients []QueueRcpt `json:"recipients"`
-}
-
-// QueueRcpt is one pending recipient in QueueMessage.
-type QueueRcpt struct {
-	Offset   int64      `json:"offset"`
-	Address  string     `json:"address"`
-	Channel  string     `json:"channel"`
-	Host     string     `json:"host"`
-	State    string     `json:"state"` // pending, in flight, deferred, held, etrn, unrouted
-	Until    *time.Time `json:"until,omitempty"`
-	Attempts int        `json:"attempts"`
-	Reason   string     `json:"reason,omitempty"`
-	Last     string     `json:"last,omitempty"`
-}
-
-// Recipient states in the listing.
-const (
-	statePending  = "pending"
-	stateInFlight = "in flight"
-	stateDeferred = "deferred"
-	stateHeld     = "held"
-	stateETRN     = "etrn"
-	stateUnrouted = "unrouted"
-)
-
 // describe builds the listing's entry for a message read from disk, with
 // what the core knows of it; on the loop.
-func (d *Daemon) describe(now time.Time, o onDisk) QueueMessage {
-	q := QueueMessage{ID: o.qid, Path: o.rel, Arrival: o.f.Arrival.UTC(), Size: int64(len(o.data)), Sender: sender(o.f),
-		Recipients: []QueueRcpt{}}
+func (d *Daemon) describe(now time.Time, o onDisk) mailq.Message {
+	q := mailq.Message{ID: o.qid, Path: o.rel, Arrival: o.f.Arrival.UTC(), Size: int64(len(o.data)), Sender: sender(o.f),
+		Recipients: []mailq.Rcpt{}}
 	if inum, ok := inumOf(o.rel); ok {
 		if mv, ok := d.core.MessageOf(now, inum); ok && d.qid(o.rel) == o.qid {
 			q.InCore, q.Held = true, mv.Held
@@ -379,7 +344,7 @@ func (d *Daemon) describe(now time.Time, o onDisk) QueueMessage {
 		if r.Status != ctlfile.Pending && r.Status != ctlfile.Locked {
 			continue
 		}
-		qr := QueueRcpt{Offset: r.Offset, Address: r.User, Channel: r.Channel, Host: r.Host, State: statePending,
+		qr := mailq.Rcpt{Offset: r.Offset, Address: r.User, Channel: r.Channel, Host: r.Host, State: mailq.StatePending,
 			Reason: "on disk: not read into core yet (active limits)"}
 		rec, kept := rs[r.Offset]
 		if kept {
@@ -388,18 +353,18 @@ func (d *Daemon) describe(now time.Time, o onDisk) QueueMessage {
 		ci, routed := d.cfg.Match(r.Channel, strings.ToLower(r.Host))
 		switch {
 		case r.Status == ctlfile.Locked:
-			qr.State, qr.Reason = stateInFlight, "locked by pid "+strconv.Itoa(r.PID)
+			qr.State, qr.Reason = mailq.StateInFlight, "locked by pid "+strconv.Itoa(r.PID)
 		case q.Held:
-			qr.State, qr.Reason = stateHeld, "held by the operator (message)"
+			qr.State, qr.Reason = mailq.StateHeld, "held by the operator (message)"
 		case d.core.DestHeld(r.Channel, r.Host):
-			qr.State, qr.Reason = stateHeld, "held by the operator (destination)"
+			qr.State, qr.Reason = mailq.StateHeld, "held by the operator (destination)"
 		case !routed:
-			qr.State, qr.Reason = stateUnrouted, "no clause selects its channel/host"
+			qr.State, qr.Reason = mailq.StateUnrouted, "no clause selects its channel/host"
 		case d.cfg.Clauses[ci].QueueOnly:
-			qr.State, qr.Reason = stateETRN, "queueonly destination: waiting for ETRN"
+			qr.State, qr.Reason = mailq.StateETRN, "queueonly destination: waiting for ETRN"
 		case kept && rec.next.After(now):
 			u := rec.next.UTC()
-			qr.State, qr.Until, qr.Reason = stateDeferred, &u, "deferred: its own retry time"
+			qr.State, qr.Until, qr.Reason = mailq.StateDeferred, &u, "deferred: its own retry time"
 		}
 		q.Recipients = append(q.Recipients, qr)
 	}
@@ -407,33 +372,33 @@ func (d *Daemon) describe(now time.Time, o onDisk) QueueMessage {
 }
 
 // rcptInCore is a recipient's entry from its vertex in core.
-func (d *Daemon) rcptInCore(now time.Time, r ctlfile.Rcpt, v core.VertexView) QueueRcpt {
-	qr := QueueRcpt{Offset: r.Offset, Address: r.User, Channel: v.Channel, Host: v.Host, Attempts: v.Attempts,
+func (d *Daemon) rcptInCore(now time.Time, r ctlfile.Rcpt, v core.VertexView) mailq.Rcpt {
+	qr := mailq.Rcpt{Offset: r.Offset, Address: r.User, Channel: v.Channel, Host: v.Host, Attempts: v.Attempts,
 		Reason: v.Why.String(), Last: v.LastText}
 	switch v.Why.Reason {
 	case core.ReasonRunning:
-		qr.State = stateInFlight
+		qr.State = mailq.StateInFlight
 		if pid := d.pid(v.Why.Agent); pid > 0 {
 			qr.Reason = "being delivered by pid " + strconv.Itoa(pid)
 		}
 	case core.ReasonRetry, core.ReasonBackoff, core.ReasonDead:
-		qr.State = stateDeferred
+		qr.State = mailq.StateDeferred
 		u := v.Why.Until.UTC()
 		qr.Until = &u
 	case core.ReasonHeldMessage, core.ReasonHeldThread:
-		qr.State = stateHeld
+		qr.State = mailq.StateHeld
 	case core.ReasonQueueOnly:
-		qr.State = stateETRN
+		qr.State = mailq.StateETRN
 	case core.ReasonUnrouted:
-		qr.State = stateUnrouted
+		qr.State = mailq.StateUnrouted
 	default:
-		qr.State = statePending
+		qr.State = mailq.StatePending
 	}
 	return qr
 }
 
 // matches applies sel's filters to an entry.
-func (s selection) matches(q *QueueMessage) bool {
+func (s selection) matches(q *mailq.Message) bool {
 	if s.from != nil {
 		from := strings.ToLower(q.Sender)
 		if from == "" {
@@ -455,7 +420,7 @@ func (s selection) matches(q *QueueMessage) bool {
 	if s.held || s.deferred {
 		any := false
 		for _, r := range q.Recipients {
-			any = any || s.held && r.State == stateHeld || s.deferred && r.State == stateDeferred
+			any = any || s.held && r.State == mailq.StateHeld || s.deferred && r.State == mailq.StateDeferred
 		}
 		any = any || s.held && q.Held
 		if !any {
@@ -469,7 +434,7 @@ func (s selection) matches(q *QueueMessage) bool {
 // listing's entries made on the loop, to fn (off the loop). Files that
 // vanished meanwhile are skipped; files that cannot be read are given to
 // bad.
-func (d *Daemon) walk(fn func(batch []onDisk, entries []QueueMessage) error, bad func(rel string, err error)) error {
+func (d *Daemon) walk(fn func(batch []onDisk, entries []mailq.Message) error, bad func(rel string, err error)) error {
 	sc := d.spool.NewScanner()
 	defer sc.Close()
 	names := make([]string, 0, walkBatch)
@@ -495,7 +460,7 @@ func (d *Daemon) walk(fn func(batch []onDisk, entries []QueueMessage) error, bad
 			batch = append(batch, onDisk{rel: rel, f: f, data: data, qid: f.QueueID()})
 		}
 		if len(batch) > 0 {
-			entries := make([]QueueMessage, len(batch))
+			entries := make([]mailq.Message, len(batch))
 			if !d.inLoop(func() {
 				now := d.now()
 				for i, o := range batch {
@@ -531,7 +496,7 @@ func (d *Daemon) listQueue(args []string) control.Reply {
 			emit(`{"time":` + jsonString(d.now().UTC().Format(time.RFC3339Nano)) + `,"messages":[`)
 		}
 		var unreadable []string
-		err := d.walk(func(batch []onDisk, entries []QueueMessage) error {
+		err := d.walk(func(batch []onDisk, entries []mailq.Message) error {
 			for i := range entries {
 				q := &entries[i]
 				if !sel.matches(q) {
@@ -552,7 +517,7 @@ func (d *Daemon) listQueue(args []string) control.Reply {
 					first = false
 					ok = emit(sep + string(b))
 				} else {
-					ok = emit(formatEntry(q))
+					ok = emit(mailq.Entry(q))
 				}
 				if !ok {
 					return errors.New("daemon: client gone")
@@ -569,7 +534,7 @@ func (d *Daemon) listQueue(args []string) control.Reply {
 			un, _ := json.Marshal(unreadable)
 			emit(fmt.Sprintf(`],"total":{"messages":%d,"recipients":%d,"in_core":%d},"unreadable":%s}`, msgs, rcpts, inCore, un))
 		} else {
-			emit(fmt.Sprintf("-- %d messages, %d recipients (in core: %d messages; on disk only: %d)", msgs, rcpts, inCore, msgs-inCore))
+			emit(mailq.Total(msgs, rcpts, inCore))
 		}
 		return err
 	})
@@ -578,37 +543,6 @@ func (d *Daemon) listQueue(args []string) control.Reply {
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
-}
-
-// formatEntry is one message of `scheduler queue`: a head line (id, size,
-// arrival, sender, flags) and a line per recipient, as postqueue -p.
-func formatEntry(q *QueueMessage) string {
-	var b strings.Builder
-	from := q.Sender
-	if from == "" {
-		from = "<>"
-	}
-	fmt.Fprintf(&b, "%-22s %8d  %s  %s", q.ID, q.Size, q.Arrival.Format(time.RFC3339), from)
-	if q.Held {
-		b.WriteString("  [held]")
-	}
-	if !q.InCore {
-		b.WriteString("  [on disk]")
-	}
-	for _, r := range q.Recipients {
-		state := r.State
-		if r.Until != nil {
-			state += " until " + r.Until.Format(time.RFC3339)
-		}
-		fmt.Fprintf(&b, "\n    %s/%s\t%s\t%s\tattempts=%d", r.Channel, r.Host, r.Address, state, r.Attempts)
-		if r.Reason != "" && r.State != stateDeferred {
-			b.WriteString("\t(" + r.Reason + ")")
-		}
-		if r.Last != "" {
-			b.WriteString("\tlast=" + strconv.Quote(r.Last))
-		}
-	}
-	return b.String()
 }
 
 // bulk is KILL/HOLD/RELEASE/FLUSH MSGS: the messages named or selected,
@@ -690,7 +624,7 @@ func (d *Daemon) bulk(v opVerb, args []string, who []any) control.Reply {
 			return nil
 		}
 		if sel.walks() {
-			err := d.walk(func(batch []onDisk, entries []QueueMessage) error {
+			err := d.walk(func(batch []onDisk, entries []mailq.Message) error {
 				var ts []target
 				for i := range entries {
 					if !sel.all && !sel.matches(&entries[i]) {
@@ -810,7 +744,7 @@ func (d *Daemon) whyOnDisk(req *control.Request, id string) {
 			req.Respond(control.Fail(err.Error()))
 			return
 		}
-		var q QueueMessage
+		var q mailq.Message
 		var waiting []string
 		if !d.inLoop(func() {
 			now := d.now()

@@ -3,7 +3,6 @@ package daemon
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,20 +16,16 @@ import (
 	"zsched/config"
 	"zsched/core"
 	"zsched/statefile"
+	"zsched/statefile/statefiletest"
 	"zsched/thread"
 )
 
-var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-func sample() []core.Destination {
-	return []core.Destination{
-		{Channel: "smtp", Host: "a.example", Window: thread.WindowState{Concurrency: 7, Success: 1.0 / 3, Failure: 0.1, FailCohorts: 0.2,
-			Ceiling: 6, Strikes: 2, CeilingAt: t0.Add(-2 * time.Minute)},
-			Updated: t0.Add(-time.Minute)},
-		{Channel: "smtp", Host: "dead.example", Window: thread.WindowState{Concurrency: 0},
-			DeadUntil: t0.Add(17*time.Minute + 123*time.Millisecond), Updated: t0},
-	}
-}
+// The fixtures the state file's own tests share.
+var (
+	t0     = statefiletest.T0
+	sample = statefiletest.Sample
+	many   = statefiletest.Many
+)
 
 func TestStateSaveIsAtomicAndSkipsUnchanged(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
@@ -74,16 +69,6 @@ func newStateFileAt(path string) *stateFile {
 	return &s
 }
 
-// many returns n destinations in core (Updated is now), sorted.
-func many(n int, now time.Time) []core.Destination {
-	ds := make([]core.Destination, n)
-	for i := range ds {
-		ds[i] = core.Destination{Channel: "smtp", Host: fmt.Sprintf("h%06d.example", i),
-			Window: thread.WindowState{Concurrency: 5, Success: 0.25}, Updated: now}
-	}
-	return ds
-}
-
 // Issue 16.19: the whole state file was rewritten every 30 s (12 MB at
 // 240 000 destinations), since destinations in core carry the save's time.
 // Now a save appends only what changed; the same windows half a minute
@@ -115,7 +100,7 @@ func TestStateSaveAppendsOnlyChanges(t *testing.T) {
 	if !bytes.HasPrefix(now, whole) {
 		t.Fatal("a save rewrote the file's earlier lines")
 	}
-	want := "smtp h000010.example 6 0.25 0 0 - 2026-03-01T12:00:30Z 0 0 -\n- smtp h000020.example\n"
+	want := "smtp h000010.example 6 0.25 0 0 - 2026-03-01T12:00:30Z 0 0 - 0\n- smtp h000020.example\n"
 	if tail := string(now[len(whole):]); tail != want {
 		t.Fatalf("appended %q, want %q", tail, want)
 	}
@@ -238,7 +223,7 @@ func TestDaemonRestoresAndSavesState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := append(sample()[:1:1], more, sample()[1])
+	want := append(sample()[:1:1], append([]core.Destination{more}, sample()[1:]...)...)
 	if got, err := statefile.Parse(b); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("saved at shutdown %+v (%v), want %+v", got, err, want)
 	}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,9 +46,8 @@ func (t Transport) String() string {
 // scheduler (zsched's process, Postfix's qmgr) to the last queue file
 // removed, and the CPU time of all of the side's processes.
 //
-// The queue is the same on both sides: Messages messages of Rcpts
-// recipients, recipient r of message i at domain (i·Rcpts+r) mod Domains
-// (as cmd/bench), From, Subject and a one-line body. zsched's is
+// The queue is the same on both sides, and cmd/bench's: BenchQueue.
+// zsched's is
 // written as control files (no fsync) before each run. Postfix's is
 // injected once over SMTP into an instance without qmgr (smtpd and
 // cleanup write it into the incoming queue), and its queue files are
@@ -71,8 +69,8 @@ func (t Transport) String() string {
 // (smtp_host_lookup = native, DNS disabled) in its chroot, whose
 // etc/hosts names every domain 127.0.0.1.
 type Versus struct {
-	Messages, Rcpts, Domains int
-	Transport                Transport
+	BenchQueue
+	Transport Transport
 	// Relay (SMTP only) sends all mail through one relay, the sink, on
 	// both sides: Postfix's relayhost; zsched's queue names the relay as
 	// every recipient's host, as ZMailer's router does for a smarthost.
@@ -214,52 +212,20 @@ func perRcpt(d time.Duration, rcpts int) float64 {
 	return float64(d.Microseconds()) / float64(rcpts)
 }
 
-// rcpt is recipient r of message i: its domain and address.
-func (v Versus) rcpt(i, r int) (domain, addr string) {
-	d := "d" + strconv.Itoa((i*v.Rcpts+r)%v.Domains) + ".test"
-	return d, "u" + strconv.Itoa(i) + "." + strconv.Itoa(r) + "@" + d
-}
+const relayHost = "relay.test"
 
-const (
-	relayHost    = "relay.test"
-	versusSender = "bench@example.org"
-	versusHeader = "From: bench@example.org\nSubject: bench\n"
-	versusBody   = "This is a benchmark message.\n"
-)
-
-// zschedQueue writes the queue as control files, on as many goroutines as
-// there are CPUs, without fsync (a benchmark's queue).
+// zschedQueue writes the queue as control files without fsync (a
+// benchmark's queue).
 func (v Versus) zschedQueue(po string) error {
 	spool := &ctlfile.Spool{Root: po, Hash: 2, NoSync: true}
 	if err := spool.Init(); err != nil {
 		return fmt.Errorf("lab: %w", err)
 	}
-	workers := min(runtime.GOMAXPROCS(0), v.Messages)
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m := &ctlfile.Message{Sender: versusSender, Header: []byte(versusHeader), Body: []byte(versusBody)}
-			for i := w; i < v.Messages; i += workers {
-				m.Rcpts = m.Rcpts[:0]
-				for r := range v.Rcpts {
-					d, a := v.rcpt(i, r)
-					if v.Relay {
-						d = relayHost
-					}
-					m.Rcpts = append(m.Rcpts, ctlfile.Address{Channel: "smtp", Host: d, User: a})
-				}
-				if _, err := spool.Enqueue(m); err != nil {
-					errs[w] = fmt.Errorf("lab: queue: %w", err)
-					return
-				}
-			}
-		}()
+	host := ""
+	if v.Relay {
+		host = relayHost
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return v.Write(spool, host)
 }
 
 // zschedConfig is the scheduler's configuration: one clause for the
@@ -496,15 +462,15 @@ func (v Versus) inject(ctx context.Context, addr string, w, n int) error {
 		return fmt.Errorf("lab: inject: %w", err)
 	}
 	defer c.Quit()
-	msg := versusHeader + "\n" + versusBody
-	env := smtpclient.Envelope{From: versusSender}
+	msg := benchHeader + "\n" + benchBody
+	env := smtpclient.Envelope{From: benchSender}
 	for i := w; i < v.Messages; i += n {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		env.Rcpts = env.Rcpts[:0]
 		for r := range v.Rcpts {
-			_, a := v.rcpt(i, r)
+			_, a := v.Rcpt(i, r)
 			env.Rcpts = append(env.Rcpts, smtpclient.Rcpt{Addr: a})
 		}
 		tx, err := c.Send(env, strings.NewReader(msg))

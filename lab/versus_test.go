@@ -33,7 +33,7 @@ func TestVersusSmoke(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			v := Versus{Messages: 24, Rcpts: 2, Domains: 6, Transport: tc.tr, Relay: tc.relay, Runs: 1,
+			v := Versus{BenchQueue: BenchQueue{Messages: 24, Rcpts: 2, Domains: 6}, Transport: tc.tr, Relay: tc.relay, Runs: 1,
 				Scheduler: scheduler, Agent: tc.agent, Maxring: 2, Overfeed: 4, Procs: 1, Timeout: time.Minute}
 			var progress bytes.Buffer
 			v.Progress = &progress
@@ -69,7 +69,7 @@ func TestVersusSmoke(t *testing.T) {
 // The table's medians and ratios, from drains made up for it.
 func TestWriteVersus(t *testing.T) {
 	rep := &VersusReport{
-		Versus:     Versus{Messages: 100, Rcpts: 10, Domains: 10, Transport: SMTP, Runs: 3, Maxring: 4, Overfeed: 32},
+		Versus:     Versus{BenchQueue: BenchQueue{Messages: 100, Rcpts: 10, Domains: 10}, Transport: SMTP, Runs: 3, Maxring: 4, Overfeed: 32},
 		LoadBefore: "1.00 1.00 1.00", LoadAfter: "2.00 2.00 2.00", PostfixVersion: "3.7.11",
 	}
 	// 1000 recipients: zsched at 1000, 2000, 500 per second with 1000,

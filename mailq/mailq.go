@@ -2,6 +2,7 @@ package mailq
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -245,6 +246,59 @@ func Global(s Summary, snmp bool) []string {
 		fmt.Sprintf("Msgs in %d out %d stored %d Rcpnts in %d out %d stored %d",
 			c.Arrived, max(c.Arrived-int64(g.Messages), 0), g.Messages, out+int64(g.Recipients), out, g.Recipients),
 	}
+}
+
+// CounterSet is what SHOW COUNTERS says: the core's counters, gauges and
+// dispatch latencies, and the daemon's uptime and the timing of its
+// control commands (how long each waited for the loop, and ran on it).
+type CounterSet struct {
+	Counters    core.Counters
+	Gauges      core.Gauges
+	Dispatch    *core.Latency
+	Uptime      time.Duration
+	ControlWait *core.Latency
+	ControlRun  *core.Latency
+}
+
+// Counters is SHOW COUNTERS: a line "name value" per counter, gauge and
+// quantile, then the threads by state and the agents by state (sorted).
+func Counters(s CounterSet) []string {
+	c, g, l := &s.Counters, &s.Gauges, s.Dispatch
+	out := []string{
+		fmt.Sprintf("messages_arrived %d", c.Arrived),
+		fmt.Sprintf("recipients_delivered %d", c.Delivered),
+		fmt.Sprintf("recipients_failed %d", c.Failed),
+		fmt.Sprintf("recipients_deferred %d", c.Deferred),
+		fmt.Sprintf("recipients_expired %d", c.Expired),
+		fmt.Sprintf("agents_started %d", c.Spawned),
+		fmt.Sprintf("agents_ended %d", c.AgentsEnded),
+		fmt.Sprintf("agents_killed %d", c.Killed),
+		fmt.Sprintf("agent_garbage_lines %d", c.Garbage),
+		fmt.Sprintf("queue_messages %d", g.Messages),
+		fmt.Sprintf("queue_vertices %d", g.Vertices),
+		fmt.Sprintf("queue_recipients %d", g.Recipients),
+		fmt.Sprintf("dispatched %d", l.Count()),
+		fmt.Sprintf("dispatch_latency_p50 %s", l.Quantile(0.5)),
+		fmt.Sprintf("dispatch_latency_p99 %s", l.Quantile(0.99)),
+		fmt.Sprintf("uptime %s", Age(s.Uptime)),
+		fmt.Sprintf("control_commands %d", s.ControlRun.Count()),
+		fmt.Sprintf("control_wait_p50 %s", s.ControlWait.Quantile(0.5)),
+		fmt.Sprintf("control_wait_p99 %s", s.ControlWait.Quantile(0.99)),
+		fmt.Sprintf("control_run_p50 %s", s.ControlRun.Quantile(0.5)),
+		fmt.Sprintf("control_run_p99 %s", s.ControlRun.Quantile(0.99)),
+	}
+	for _, st := range core.ThreadStates() {
+		out = append(out, fmt.Sprintf("threads_%s %d", st, g.Threads[st]))
+	}
+	names := make([]string, 0, len(g.Agents))
+	for n := range g.Agents {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		out = append(out, fmt.Sprintf("agents_%s %d", n, g.Agents[n]))
+	}
+	return out
 }
 
 // ThreadHead is SHOW THREAD's first line: the thread's name and summary.

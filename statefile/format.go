@@ -18,13 +18,18 @@ import (
 // The file's first line names the format and its version, so a foreign
 // file is never taken for ours. Version 2 added the learned ceiling (three
 // fields at the end); version 3 made the file a journal (tombstones, later
-// lines supersede). Versions 1 and 2 still load; a Journal rewrites them
-// as version 3 at its first save.
+// lines supersede); version 4 added whether the window is still in its
+// slow start (a last field, 1 or 0), so that a restart resumes a slow start
+// where it was instead of taking its window for one feedback governs.
+// Versions 1 to 3 still load (their destinations as not in slow start, as
+// they were read before); a Journal rewrites them as version 4 at its
+// first save.
 const (
-	Header   = "# zsched destinations v3"
+	Header   = "# zsched destinations v4"
+	HeaderV3 = "# zsched destinations v3"
 	HeaderV2 = "# zsched destinations v2"
 	HeaderV1 = "# zsched destinations v1"
-	Columns  = "# channel host window success failure fail_cohorts dead_until updated ceiling strikes ceiling_at; \"-\" channel host: forgotten"
+	Columns  = "# channel host window success failure fail_cohorts dead_until updated ceiling strikes ceiling_at slow_start; \"-\" channel host: forgotten"
 )
 
 // Format renders ds as a whole state file: one destination per
@@ -48,9 +53,13 @@ func appendLine(b *bytes.Buffer, d core.Destination) {
 	if !d.Window.CeilingAt.IsZero() {
 		at = d.Window.CeilingAt.UTC().Format(time.RFC3339Nano)
 	}
-	fmt.Fprintf(b, "%s %s %d %s %s %s %s %s %d %d %s\n", d.Channel, d.Host, d.Window.Concurrency,
+	starting := 0
+	if d.Window.Starting {
+		starting = 1
+	}
+	fmt.Fprintf(b, "%s %s %d %s %s %s %s %s %d %d %s %d\n", d.Channel, d.Host, d.Window.Concurrency,
 		ftoa(d.Window.Success), ftoa(d.Window.Failure), ftoa(d.Window.FailCohorts),
-		dead, d.Updated.UTC().Format(time.RFC3339Nano), d.Window.Ceiling, d.Window.Strikes, at)
+		dead, d.Updated.UTC().Format(time.RFC3339Nano), d.Window.Ceiling, d.Window.Strikes, at, starting)
 }
 
 // ftoa formats f so that it parses back to the same float64.
@@ -62,8 +71,8 @@ var ErrForeign = errors.New("statefile: not a zsched destinations file")
 // Parse reads a state file: the destinations it holds after
 // its later lines have superseded earlier ones, sorted by channel and host.
 // Any damage rejects the whole file (half a learned state is not worth the
-// doubt), except a last line without its newline in a version 3 file: an
-// append a crash cut short, whose earlier lines stand.
+// doubt), except a last line without its newline in a journal (version 3
+// or 4): an append a crash cut short, whose earlier lines stand.
 func Parse(data []byte) ([]core.Destination, error) {
 	ds, _, err := replay(data)
 	return ds, err
@@ -73,19 +82,23 @@ func Parse(data []byte) ([]core.Destination, error) {
 // destination and tombstone lines the file holds.
 func replay(data []byte) ([]core.Destination, int, error) {
 	header, _, _ := bytes.Cut(data, []byte("\n"))
-	fields := 11
+	var fields int
+	journal := false
 	switch string(header) {
 	case Header:
-		if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
-			data = data[:i+1] // a torn last line
-		}
+		fields, journal = 12, true
+	case HeaderV3:
+		fields, journal = 11, true
 	case HeaderV2:
+		fields = 11
 	case HeaderV1:
 		fields = 8
 	default:
 		return nil, 0, ErrForeign
 	}
-	v3 := string(header) == Header
+	if i := bytes.LastIndexByte(data, '\n'); journal && i >= 0 {
+		data = data[:i+1] // a torn last line
+	}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	sc.Scan()
@@ -97,7 +110,7 @@ func replay(data []byte) ([]core.Destination, int, error) {
 			continue
 		}
 		records++
-		if rest, ok := strings.CutPrefix(line, "- "); ok && v3 {
+		if rest, ok := strings.CutPrefix(line, "- "); ok && journal {
 			f := strings.Fields(rest)
 			if len(f) != 2 {
 				return nil, 0, fmt.Errorf("statefile line %d: tombstone of %d fields, want 2", n, len(f))
@@ -166,6 +179,16 @@ func parseLine(line string, fields int) (core.Destination, error) {
 		if d.Window.CeilingAt, err = time.Parse(time.RFC3339Nano, f[10]); err != nil {
 			return d, fmt.Errorf("ceiling_at %q", f[10])
 		}
+	}
+	if fields == 11 {
+		return d, nil
+	}
+	switch f[11] {
+	case "1":
+		d.Window.Starting = true
+	case "0":
+	default:
+		return d, fmt.Errorf("slow_start %q", f[11])
 	}
 	return d, nil
 }

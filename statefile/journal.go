@@ -47,8 +47,8 @@ func NewJournal() *Journal {
 
 // Load reads the file's contents: the destinations it holds, sorted by
 // channel and host (Parse), which the journal now takes for what the file
-// says. A file it may append to is version 3 with every line whole;
-// another is rewritten at the first save. An error (ErrForeign, damage)
+// says. A file it may append to is of the current version with every line
+// whole; another is rewritten at the first save. An error (ErrForeign, damage)
 // leaves the journal as new.
 func (j *Journal) Load(data []byte) ([]core.Destination, error) {
 	ds, records, err := replay(data)
@@ -155,5 +155,6 @@ func sameState(a, b core.Destination) bool {
 	wa, wb := a.Window, b.Window
 	return a.DeadUntil.Equal(b.DeadUntil) && wa.CeilingAt.Equal(wb.CeilingAt) &&
 		wa.Concurrency == wb.Concurrency && wa.Success == wb.Success && wa.Failure == wb.Failure &&
-		wa.FailCohorts == wb.FailCohorts && wa.Ceiling == wb.Ceiling && wa.Strikes == wb.Strikes
+		wa.FailCohorts == wb.FailCohorts && wa.Ceiling == wb.Ceiling && wa.Strikes == wb.Strikes &&
+		wa.Starting == wb.Starting
 }

@@ -3,25 +3,13 @@ package statefile
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"reflect"
 	"slices"
 	"testing"
 	"time"
 
 	"zsched/core"
-	"zsched/thread"
 )
-
-// many returns n destinations in core (Updated is now), sorted.
-func many(n int, now time.Time) []core.Destination {
-	ds := make([]core.Destination, n)
-	for i := range ds {
-		ds[i] = core.Destination{Channel: "smtp", Host: fmt.Sprintf("h%06d.example", i),
-			Window: thread.WindowState{Concurrency: 5, Success: 0.25}, Updated: now}
-	}
-	return ds
-}
 
 // file is a state file in memory, written as the daemon writes it.
 type file struct{ data []byte }
@@ -60,7 +48,7 @@ func TestJournalWritesOnlyChanges(t *testing.T) {
 	later[10].Window.Concurrency = 6
 	later = slices.Delete(later, 20, 21)
 	w := f.save(t, j, later)
-	want := "smtp h000010.example 6 0.25 0 0 - 2026-03-01T12:00:30Z 0 0 -\n- smtp h000020.example\n"
+	want := "smtp h000010.example 6 0.25 0 0 - 2026-03-01T12:00:30Z 0 0 - 0\n- smtp h000020.example\n"
 	if w.Whole || string(w.Data) != want || !bytes.HasPrefix(f.data, whole) {
 		t.Fatalf("save wrote (whole %v) %q, want %q appended", w.Whole, w.Data, want)
 	}
@@ -120,8 +108,9 @@ func TestJournalRewritesAfterAFailureOrAnOldFile(t *testing.T) {
 	}
 
 	torn := append(Format(many(3, t0)), "smtp h000001.example 9 0.25 0 0 - 2026-03-01T12:"...)
-	old := bytes.Replace(Format(many(3, t0)), []byte("v3"), []byte("v2"), 1)
-	for name, data := range map[string][]byte{"torn": torn, "v2": old} {
+	v3 := []byte(older(string(Format(many(3, t0))), HeaderV3))
+	v2 := []byte(older(string(Format(many(3, t0))), HeaderV2))
+	for name, data := range map[string][]byte{"torn": torn, "v3": v3, "v2": v2} {
 		j := NewJournal()
 		got, err := j.Load(data)
 		if err != nil || !reflect.DeepEqual(got, many(3, t0)) {

@@ -33,11 +33,12 @@
 //
 // Keys (prefix from [cluster], default "zsched:"; D is channel/host):
 //
-//	{prefix}{D}:w   hash: c s f fc ceil str calm clean cat dead — the window
-//	{prefix}{D}:l   sorted set: lease members (node:incarnation:n) by expiry (ms)
-//	{prefix}{D}:q   sorted set: nodes denied since the last Free, by expiry
-//	{prefix}nodes   sorted set: live nodes by expiry
-//	{prefix}free:N  channel: D, published when a session may be free for node N
+//	{prefix}{D}:w      hash: c s f fc ceil str calm clean cat dead st — the window
+//	{prefix}{D}:l      sorted set: lease members (node:incarnation:n) by expiry (ms)
+//	{prefix}{D}:q      sorted set: nodes denied since the last Free, by expiry
+//	{prefix}nodes      sorted set: live nodes by expiry
+//	{prefix}nodes:st   sorted set: those of them that know the slow start (st)
+//	{prefix}free:N     channel: D, published when a session may be free for node N
 //
 // One Redis server (or a primary with replicas behind one address): the
 // scripts touch a destination's keys and the nodes key together, so Redis
@@ -303,6 +304,10 @@ func (b *Book) key(d window.Dest, part string) string {
 
 func (b *Book) nodesKey() string { return b.cfg.Prefix + "nodes" }
 
+// slowNodesKey is the live nodes that know the slow start (the scripts'
+// mixed): a node of an older release beats only in nodesKey.
+func (b *Book) slowNodesKey() string { return b.cfg.Prefix + "nodes:st" }
+
 // run is the book's goroutine: every exchange with the store happens here.
 func (b *Book) run() {
 	defer b.wg.Done()
@@ -439,7 +444,7 @@ func (b *Book) prepare(r queued) (c call, l window.Lease, ok bool) {
 func (b *Book) destKeys(d window.Dest, nodes bool) []string {
 	k := []string{b.key(d, "w"), b.key(d, "l"), b.key(d, "q")}
 	if nodes {
-		k = append(k, b.nodesKey())
+		k = append(k, b.nodesKey(), b.slowNodesKey())
 	}
 	return k
 }
@@ -736,8 +741,10 @@ func (b *Book) register(now time.Time) error {
 	defer cancel()
 	until := float64(now.Add(b.cfg.Lease).UnixMilli())
 	pipe := b.rdb.Pipeline()
-	pipe.ZAdd(ctx, b.nodesKey(), redis.Z{Score: until, Member: b.cfg.Node})
-	pipe.PExpire(ctx, b.nodesKey(), 2*b.cfg.Lease)
+	for _, k := range []string{b.nodesKey(), b.slowNodesKey()} {
+		pipe.ZAdd(ctx, k, redis.Z{Score: until, Member: b.cfg.Node})
+		pipe.PExpire(ctx, k, 2*b.cfg.Lease)
+	}
 	byDest := make(map[window.Dest][]redis.Z)
 	for _, h := range b.held {
 		byDest[h.dest] = append(byDest[h.dest], redis.Z{Score: until, Member: h.member})
@@ -987,6 +994,7 @@ func (b *Book) leave() {
 		pipe.ZRem(ctx, b.key(h.dest, "l"), h.member)
 	}
 	pipe.ZRem(ctx, b.nodesKey(), b.cfg.Node)
+	pipe.ZRem(ctx, b.slowNodesKey(), b.cfg.Node)
 	if _, err := pipe.Exec(ctx); err != nil {
 		b.log.Warn("cluster: could not leave; leases expire by themselves", "error", err)
 	}

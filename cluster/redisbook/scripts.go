@@ -178,12 +178,37 @@ local function live(leases, now)
   return redis.call('ZCARD', leases)
 end
 
--- beat marks this node live for a lease and returns the live nodes.
-local function beat(key, p)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', p.now)
-  redis.call('ZADD', key, p.now + p.lease, p.node)
-  redis.call('PEXPIRE', key, 2 * p.lease)
+-- beat marks this node live for a lease, among the nodes and among those
+-- that know the slow start, and returns the live nodes.
+local function beat(key, slowkey, p)
+  for _, k in ipairs({key, slowkey}) do
+    redis.call('ZREMRANGEBYSCORE', k, '-inf', p.now)
+    redis.call('ZADD', k, p.now + p.lease, p.node)
+    redis.call('PEXPIRE', k, 2 * p.lease)
+  end
   return redis.call('ZCARD', key)
+end
+
+-- mixed reports whether a node of a release before the slow start is
+-- live (one among the nodes but not among those that know the slow start,
+-- after beat pruned both). Such a node neither writes nor reads the state
+-- field st, and takes a window at one session in slow start for one that
+-- feedback governs, where one failure is a whole pseudo-cohort (dead at
+-- the default failed_cohort_limit). While one is live every node computes
+-- as the older one does, with slow_start = false (new windows open at the
+-- initial window), and unslow ends a slow start under way where the older
+-- release opens every window.
+local function mixed(p, key, slowkey)
+  if p.slow and redis.call('ZCARD', key) > redis.call('ZCARD', slowkey) then
+    p.slow = false
+    return true
+  end
+  return false
+end
+
+-- unslow ends a slow start under way at the initial window.
+local function unslow(w, p)
+  if w.st == 1 then w.c, w.st, w.s = math.max(w.c, math.min(p.initial, p.max)), 0, 0 end
 end
 
 -- notify publishes a Free to every node denied on the destination when a
@@ -222,8 +247,9 @@ local function reply(kind, retry, revived, from, died, n, nn, w, by)
 end
 `
 
-// acquire: KEYS state, leases, waiting, nodes; ARGV 1–14 settings, 15 the
-// lease's member, 16 the Free channel prefix, 17 the destination.
+// acquire: KEYS state, leases, waiting, nodes, slow-start nodes; ARGV
+// 1–14 settings, 15 the lease's member, 16 the Free channel prefix, 17 the
+// destination.
 // window.Board's Acquire: a dead destination whose time has come revives
 // to the live sessions or its initial window; a session is granted while
 // the live leases are below the window; a denied node waits for a Free
@@ -232,8 +258,10 @@ var acquire = redis.NewScript(prelude + `
 local p = params()
 local now = p.now
 local n = live(KEYS[2], now)
-local nn = beat(KEYS[4], p)
+local nn = beat(KEYS[4], KEYS[5], p)
+local older = mixed(p, KEYS[4], KEYS[5])
 local w = load(KEYS[1], p)
+if older then unslow(w, p) end
 apply(w, p)
 local revived = 0
 if w.c == 0 and now >= w.dead then
@@ -274,16 +302,18 @@ if c then notify(KEYS[3], n, tonumber(c), now, ARGV[3], ARGV[4], false) end
 return n
 `)
 
-// report: KEYS state, leases, waiting, nodes; ARGV 1–14 settings, 15 "1"
-// for a site failure, 16 its dead-until time, 17 the Free channel prefix,
-// 18 the destination. window.Record.Judge with the live leases as busy
+// report: KEYS state, leases, waiting, nodes, slow-start nodes; ARGV 1–14
+// settings, 15 "1" for a site failure, 16 its dead-until time, 17 the Free
+// channel prefix, 18 the destination. window.Record.Judge with the live leases as busy
 // and the live nodes as nodes.
 var report = redis.NewScript(prelude + `
 local p = params()
 local now = p.now
 local n = live(KEYS[2], now)
-local nn = beat(KEYS[4], p)
+local nn = beat(KEYS[4], KEYS[5], p)
+local older = mixed(p, KEYS[4], KEYS[5])
 local w = load(KEYS[1], p)
+if older then unslow(w, p) end
 apply(w, p)
 local from, died = w.c, 0
 if ARGV[15] == '1' then

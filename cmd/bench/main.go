@@ -21,15 +21,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"zsched/ctlfile"
 	"zsched/daemon"
+	"zsched/lab"
 )
 
 func main() {
@@ -60,9 +58,8 @@ func (e flagError) Unwrap() error { return e.error }
 func bench(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	messages := fs.Int("messages", 20000, "messages to queue")
-	rcpts := fs.Int("rcpts", 5, "recipients per message")
-	domains := fs.Int("domains", 1000, "destination domains")
+	var q lab.BenchQueue
+	q.Flags(fs)
 	agentPath := fs.String("agent", "", "agent `program` (default: testagents/bin/sink)")
 	schedPath := fs.String("scheduler", "bin/scheduler", "scheduler `program` to time (compare builds by giving each)")
 	maxring := fs.Int("maxring", 4, "agents in the ring (maxring): on 2 cores 4 agents, each fed many lines at once, cost less CPU per recipient than 16")
@@ -89,7 +86,7 @@ func bench(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return flagError{err}
 	}
-	if *messages < 1 || *rcpts < 1 || *domains < 1 {
+	if q.Messages < 1 || q.Rcpts < 1 || q.Domains < 1 {
 		return errors.New("bench: -messages, -rcpts and -domains must be at least 1")
 	}
 	var self string
@@ -149,12 +146,12 @@ nice = %d
 		return err
 	}
 	start := time.Now()
-	if err := generate(spool, *messages, *rcpts, *domains); err != nil {
-		return err
+	if err := q.Write(spool, ""); err != nil {
+		return fmt.Errorf("bench: generate: %w", err)
 	}
-	total := *messages * *rcpts
+	total := q.Messages * q.Rcpts
 	fmt.Fprintf(stdout, "queue: %d messages × %d recipients over %d domains (%d recipients) generated in %.2fs\n",
-		*messages, *rcpts, *domains, total, time.Since(start).Seconds())
+		q.Messages, q.Rcpts, q.Domains, total, time.Since(start).Seconds())
 	if *generateOnly {
 		fmt.Fprintf(stdout, "generated: scheduler run -drain -config %s\n", cfgPath)
 		return nil
@@ -233,37 +230,6 @@ nice = %d
 		fmt.Fprintf(stdout, "kept: %s\n", dir)
 	}
 	return nil
-}
-
-// generate queues messages × rcpts over domains, recipient i*rcpts+r at
-// domain (i*rcpts+r) mod domains, on as many goroutines as there are CPUs
-// (Spool.Enqueue may be called concurrently).
-func generate(spool *ctlfile.Spool, messages, rcpts, domains int) error {
-	workers := min(runtime.GOMAXPROCS(0), messages)
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m := &ctlfile.Message{Sender: "bench@example.org", Header: []byte("From: bench@example.org\nSubject: bench\n"),
-				Body: []byte("This is a benchmark message.\n")}
-			for i := w; i < messages; i += workers {
-				m.Rcpts = m.Rcpts[:0]
-				for r := range rcpts {
-					d := strconv.Itoa((i*rcpts + r) % domains)
-					m.Rcpts = append(m.Rcpts, ctlfile.Address{Channel: "smtp", Host: "d" + d + ".test",
-						User: "u" + strconv.Itoa(i) + "." + strconv.Itoa(r) + "@d" + d + ".test"})
-				}
-				if _, err := spool.Enqueue(m); err != nil {
-					errs[w] = fmt.Errorf("bench: generate: %w", err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // findSink looks for the sink agent where `make build` puts it.

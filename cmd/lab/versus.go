@@ -23,9 +23,7 @@ func versus(t lab.Transport, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("lab "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	v := lab.Versus{Transport: t}
-	fs.IntVar(&v.Messages, "messages", 20000, "messages to queue")
-	fs.IntVar(&v.Rcpts, "rcpts", 5, "recipients per message")
-	fs.IntVar(&v.Domains, "domains", 1000, "destination domains")
+	v.BenchQueue.Flags(fs)
 	fs.IntVar(&v.Runs, "runs", 3, "drains per side, interleaved; the table gives their medians")
 	fs.IntVar(&v.Maxring, "maxring", 4, "zsched: agents in the ring (maxring)")
 	fs.IntVar(&v.Overfeed, "overfeed", 32, "zsched: job lines outstanding per agent beyond one (overfeed)")
