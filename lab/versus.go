@@ -84,6 +84,8 @@ type Versus struct {
 	// Maxring and Overfeed are the clause's; Procs, when positive, sets
 	// GOMAXPROCS for the agents.
 	Maxring, Overfeed, Procs int
+	// Feed is the clause's feed ("thread" when empty, or "message").
+	Feed string
 	// Timeout bounds each drain.
 	Timeout time.Duration
 	// Progress, when set, gets a line as each step ends.
@@ -98,6 +100,14 @@ type Versus struct {
 	// CPUProfile, when set, has the scheduler write its CPU profile of
 	// round N's drain to CPUProfile.N.
 	CPUProfile string
+}
+
+// feed is the clause's feed: Feed, or the default.
+func (v Versus) feed() string {
+	if v.Feed == "" {
+		return "thread"
+	}
+	return v.Feed
 }
 
 // Recipients is the size of the queue in recipients.
@@ -258,7 +268,8 @@ maxring = %d
 maxthr = 20
 initial_concurrency = 5
 overfeed = %d
-`, po, v.Maxring+8, strings.Join(quoted, ", "), v.Maxring, v.Overfeed)
+feed = %q
+`, po, v.Maxring+8, strings.Join(quoted, ", "), v.Maxring, v.Overfeed, v.feed())
 }
 
 // drainZsched writes zsched's queue and runs `scheduler run -drain` on it.

@@ -90,8 +90,8 @@ func WriteVersus(w io.Writer, r *VersusReport) error {
 	fmt.Fprintf(&b, "zsched against Postfix %s: %s.\n", r.PostfixVersion, what)
 	fmt.Fprintf(&b, "Queue: %d messages × %d recipients over %d domains (%d recipients), pre-queued on both sides.\n",
 		r.Messages, r.Rcpts, r.Domains, r.Recipients())
-	fmt.Fprintf(&b, "zsched: maxring %d, overfeed %d. %d interleaved rounds. Load average before %s, after %s.\n\n",
-		r.Maxring, r.Overfeed, r.Runs, r.LoadBefore, r.LoadAfter)
+	fmt.Fprintf(&b, "zsched: maxring %d, overfeed %d, feed %s. %d interleaved rounds. Load average before %s, after %s.\n\n",
+		r.Maxring, r.Overfeed, r.feed(), r.Runs, r.LoadBefore, r.LoadAfter)
 	sinkCol := r.Transport == SMTP
 	fmt.Fprintf(&b, "%-7s %-8s %13s %8s %14s %16s", "round", "side", "recipients/s", "wall s", "CPU µs/rcpt", "scheduler µs/rcpt")
 	if sinkCol {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"zsched/config"
 	"zsched/internal/need"
 	"zsched/postfix"
 )
@@ -110,6 +111,21 @@ func TestMedian(t *testing.T) {
 	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}} {
 		if got := median(tc.in); got != tc.want {
 			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// zsched's side runs the clause the flags ask for: its configuration is
+// one the scheduler accepts, with the feed given (the default when none is).
+func TestVersusConfigFeed(t *testing.T) {
+	for _, tc := range []struct{ feed, want string }{{"", config.FeedThread}, {config.FeedMessage, config.FeedMessage}} {
+		v := Versus{Transport: Null, Agent: "/bin/true", Maxring: 4, Overfeed: 32, Feed: tc.feed}
+		c, err := config.Parse("versus.toml", []byte(v.zschedConfig(t.TempDir(), "")))
+		if err != nil {
+			t.Fatalf("feed %q: %v", tc.feed, err)
+		}
+		if len(c.Clauses) != 1 || c.Clauses[0].Feed != tc.want {
+			t.Errorf("feed %q: clauses %+v, want one with feed %q", tc.feed, c.Clauses, tc.want)
 		}
 	}
 }

@@ -27,6 +27,7 @@ func versus(t lab.Transport, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&v.Runs, "runs", 3, "drains per side, interleaved; the table gives their medians")
 	fs.IntVar(&v.Maxring, "maxring", 4, "zsched: agents in the ring (maxring)")
 	fs.IntVar(&v.Overfeed, "overfeed", 32, "zsched: job lines outstanding per agent beyond one (overfeed)")
+	fs.StringVar(&v.Feed, "feed", "thread", "zsched: what an agent is fed after a job (the clause's feed): thread, or message for the same message's other recipients first")
 	fs.IntVar(&v.Procs, "procs", 1, "zsched: GOMAXPROCS of the agents (0: Go's default, one per CPU)")
 	fs.DurationVar(&v.Timeout, "timeout", time.Hour, "give up on a drain after this long")
 	sched := fs.String("scheduler", "", "scheduler `program` (default: built from this module)")
