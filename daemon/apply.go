@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -330,12 +331,34 @@ func (d *Daemon) logOutcome(o core.Outcome) {
 		l = newOutcomeLine()
 		d.outcomeLine = l
 	}
-	l.write(d.log, d.statelog, &o, qid, pid)
+	l.write(d.log, uncheckedOf(d.log), d.statelog, &o, qid, pid)
+}
+
+// uncheckedLogger is a logger that checks the values it is given, as
+// cmd/scheduler's does (a time.Time in RFC 3339, a value spanning lines
+// made one line), and can give the logger beneath, which does not: for a
+// caller whose values are strings and integers of one line each, which
+// the checks would pass through unchanged. The outcome line, one per
+// recipient, spent an eighth of its formatting in them.
+type uncheckedLogger interface {
+	Unchecked() hclog.Logger
+}
+
+// uncheckedOf is log's logger beneath its checks, or nil when it has none.
+func uncheckedOf(log hclog.Logger) hclog.Logger {
+	if u, ok := log.(uncheckedLogger); ok {
+		return u.Unchecked()
+	}
+	return nil
 }
 
 // write logs o, of message qid, which agent pid had, to log and to the
-// statelog st (nil: none), reusing the list.
-func (l *outcomeLine) write(log hclog.Logger, st *stateLog, o *core.Outcome, qid string, pid int) {
+// statelog st (nil: none), reusing the list. unchecked is log's logger
+// beneath its checks (uncheckedOf; nil: none): the line goes to it when
+// every string in it is one line, which is what those checks would have
+// passed through unchanged (the line's other values are integers), so
+// the line is the same either way.
+func (l *outcomeLine) write(log, unchecked hclog.Logger, st *stateLog, o *core.Outcome, qid string, pid int) {
 	next := ""
 	if !o.Next.IsZero() {
 		next = o.Next.UTC().Format(time.RFC3339)
@@ -354,8 +377,24 @@ func (l *outcomeLine) write(log hclog.Logger, st *stateLog, o *core.Outcome, qid
 	l.set(outAttempts, o.Attempts)
 	l.same(outNext, &l.next, next)
 	l.same(outText, &l.text, o.Text)
+	if unchecked != nil && l.oneLine() {
+		log = unchecked
+	}
 	log.Info("outcome", l.kv[:]...)
 	st.outcome(l.kv[:])
+}
+
+// oneLine reports whether no string value of the line spans lines. The
+// address and host come from a control file's line and the text from an
+// agent's report line, so a newline is only ever in a text of the
+// scheduler's own (an error's).
+func (l *outcomeLine) oneLine() bool {
+	for i := 1; i < len(l.kv); i += 2 {
+		if s, ok := l.kv[i].(string); ok && strings.IndexByte(s, '\n') >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // outcomeLine is logOutcome's key/value list, kept from line to line

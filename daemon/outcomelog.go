@@ -54,13 +54,14 @@ func (l *outcomeLog) run() {
 	asHelper()
 	defer close(l.exit)
 	line := newOutcomeLine()
+	unchecked := uncheckedOf(l.log)
 	for b := range l.batches {
 		if b == nil {
 			l.synced <- struct{}{}
 			continue
 		}
 		for i := range b {
-			line.write(l.log, b[i].st, &b[i].Outcome, b[i].qid, b[i].pid)
+			line.write(l.log, unchecked, b[i].st, &b[i].Outcome, b[i].qid, b[i].pid)
 		}
 		clear(b)
 		select {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"zsched/agent"
 	"zsched/config"
 	"zsched/core"
 )
@@ -178,5 +179,48 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		runtime.Gosched()
+	}
+}
+
+// checkingLogger stands for cmd/scheduler's logger: it counts the lines
+// that went through its checks and gives the logger beneath.
+type checkingLogger struct {
+	hclog.Logger
+	checked *int
+}
+
+func (l checkingLogger) Info(msg string, args ...any) {
+	*l.checked++
+	l.Logger.Info(msg, args...)
+}
+
+func (l checkingLogger) Unchecked() hclog.Logger { return l.Logger }
+
+// TestOutcomeLineUnchecked: an outcome line whose strings are each one
+// line skips the logger's per-value checks (it goes to the logger beneath,
+// the same line); one whose text spans lines goes through them.
+func TestOutcomeLineUnchecked(t *testing.T) {
+	var buf bytes.Buffer
+	checked := 0
+	log := checkingLogger{hclog.New(&hclog.LoggerOptions{Name: "zsched", Level: hclog.Info, Output: &buf}), &checked}
+	d := &Daemon{cfg: &config.Config{}, log: log, procs: map[int]*agent.Proc{}}
+	m, err := d.startMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.operator.metrics = m
+	o := core.Outcome{Path: "A/B/5308609", Offset: 150, User: "carol@example.net", Channel: "smtp",
+		Host: "example.net", Status: "ok3", Attempts: 1, Text: "delivered to the sink"}
+	d.logOutcome(o)
+	if checked != 0 {
+		t.Errorf("a line of one-line values went through the checks")
+	}
+	if !strings.Contains(buf.String(), `zsched: outcome: msg=A/B/5308609 rcpt=150 to=carol@example.net`) {
+		t.Errorf("the line: %q", buf.String())
+	}
+	o.Text = "agent died:\nexit status 1"
+	d.logOutcome(o)
+	if checked != 1 {
+		t.Errorf("a text spanning lines went through the checks %d times, want 1", checked)
 	}
 }
