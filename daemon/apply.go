@@ -363,11 +363,11 @@ func (l *outcomeLine) write(log, unchecked hclog.Logger, st *stateLog, o *core.O
 	if !o.Next.IsZero() {
 		next = o.Next.UTC().Format(time.RFC3339)
 	}
-	l.set(outMsg, qid)
+	l.setString(outMsg, qid)
 	l.set(outRcpt, o.Offset)
-	l.set(outTo, o.User)
+	l.setString(outTo, o.User)
 	l.same(outChannel, &l.channel, o.Channel)
-	l.set(outHost, o.Host)
+	l.setString(outHost, o.Host)
 	if pid != l.pid || l.kv[2*outTA+1] == nil {
 		l.pid = pid
 		l.set(outTA, pid)
@@ -377,24 +377,11 @@ func (l *outcomeLine) write(log, unchecked hclog.Logger, st *stateLog, o *core.O
 	l.set(outAttempts, o.Attempts)
 	l.same(outNext, &l.next, next)
 	l.same(outText, &l.text, o.Text)
-	if unchecked != nil && l.oneLine() {
+	if unchecked != nil && l.spanning == 0 {
 		log = unchecked
 	}
 	log.Info("outcome", l.kv[:]...)
 	st.outcome(l.kv[:])
-}
-
-// oneLine reports whether no string value of the line spans lines. The
-// address and host come from a control file's line and the text from an
-// agent's report line, so a newline is only ever in a text of the
-// scheduler's own (an error's).
-func (l *outcomeLine) oneLine() bool {
-	for i := 1; i < len(l.kv); i += 2 {
-		if s, ok := l.kv[i].(string); ok && strings.IndexByte(s, '\n') >= 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // outcomeLine is logOutcome's key/value list, kept from line to line
@@ -406,6 +393,11 @@ type outcomeLine struct {
 	kv                          [2 * outKeys]any
 	pid                         int
 	channel, status, next, text string
+	// spanning has bit f set while field f's value is a string with a
+	// newline in it. The address and host come from a control file's
+	// line and the text from an agent's report line, so it is only ever
+	// set by a text of the scheduler's own (an error's).
+	spanning uint32
 }
 
 // The outcome line's fields, in the order of its keys (outcomeKeys).
@@ -445,6 +437,17 @@ func (l *outcomeLine) set(f int, v any) { l.kv[2*f+1] = v }
 func (l *outcomeLine) same(f int, cur *string, v string) {
 	if v != *cur || l.kv[2*f+1] == nil {
 		*cur = v
-		l.set(f, v)
+		l.setString(f, v)
+	}
+}
+
+// setString sets field f's value to the string v, noting whether it spans
+// lines.
+func (l *outcomeLine) setString(f int, v string) {
+	l.set(f, v)
+	if strings.IndexByte(v, '\n') >= 0 {
+		l.spanning |= 1 << f
+	} else {
+		l.spanning &^= 1 << f
 	}
 }

@@ -17,6 +17,15 @@ type logBuffer struct {
 	mu    sync.Mutex
 	w     *bufio.Writer
 	timer *time.Timer // armed while the buffer holds bytes
+
+	// stamp: each Write is a line of the plain format without its time,
+	// which Write puts in front (newLogger). hclog formats the time
+	// anew for every line, a seventh of the outcome line's cost; here it
+	// is formatted once per millisecond (a busy scheduler writes some
+	// hundred lines in one) and the same bytes come out.
+	stamp   bool
+	stampMs int64  // the Unix millisecond stampAt holds
+	stampAt []byte // its time in logTimeFormat and a space
 }
 
 const logDelay = 50 * time.Millisecond
@@ -33,6 +42,14 @@ func (b *logBuffer) Write(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	if b.w.Buffered() == 0 {
 		b.timer.Reset(logDelay)
+	}
+	if b.stamp {
+		now := time.Now()
+		if ms := now.UnixMilli(); ms != b.stampMs || b.stampAt == nil {
+			b.stampMs = ms
+			b.stampAt = append(now.AppendFormat(b.stampAt[:0], logTimeFormat), ' ')
+		}
+		b.w.Write(b.stampAt) // bufio keeps the error for the line's write
 	}
 	return b.w.Write(p)
 }

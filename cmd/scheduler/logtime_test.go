@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"zsched/config"
 )
@@ -34,5 +37,57 @@ func TestLoggerUnchecked(t *testing.T) {
 	log.Info("outcome", "text", "agent died:\nexit status 1")
 	if got := buf.String(); strings.Count(got, "\n") != 1 || !strings.Contains(got, `text="agent died:; exit status 1"`) {
 		t.Errorf("a value spanning lines: %q", got)
+	}
+}
+
+// TestLogBufferStamp: the run's log (newLogger over a logBuffer, where the
+// buffer writes each line's time) has the lines hclog writes with its own
+// time, the time in logTimeFormat, taken as the line is written.
+func TestLogBufferStamp(t *testing.T) {
+	var out, ref bytes.Buffer
+	cfg := &config.Config{}
+	cfg.Scheduler.LogLevel = "info"
+	b := newLogBuffer(&out)
+	log := newLogger(cfg, b)
+	before := time.Now().Truncate(time.Millisecond)
+	for range 3 {
+		log.Info("outcome", "msg", "5308609.3kq7m2c", "rcpt", int64(150), "text", "delivered to the sink")
+		log.Named("x").Warn("another", "error", errors.New("two\nlines"))
+	}
+	b.Flush()
+	after := time.Now()
+	newLogger(cfg, &ref).Info("outcome", "msg", "5308609.3kq7m2c", "rcpt", int64(150), "text", "delivered to the sink")
+	newLogger(cfg, &ref).Named("x").Warn("another", "error", errors.New("two\nlines"))
+	got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	want := strings.Split(strings.TrimSuffix(ref.String(), "\n"), "\n")
+	if len(got) != 6 || len(want) != 2 {
+		t.Fatalf("%d lines and %d, want 6 and 2:\n%s\n%s", len(got), len(want), out.String(), ref.String())
+	}
+	for i, l := range got {
+		stamp, rest, _ := strings.Cut(l, " ")
+		_, wantRest, _ := strings.Cut(want[i%2], " ")
+		if rest != wantRest {
+			t.Errorf("line %d:\n got %s\nwant %s", i, l, want[i%2])
+		}
+		at, err := time.Parse(logTimeFormat, stamp)
+		if err != nil || at.Before(before) || at.After(after) || at.Format(logTimeFormat) != stamp {
+			t.Errorf("line %d's time %q (%v): want one in logTimeFormat between %v and %v", i, stamp, err, before, after)
+		}
+	}
+}
+
+// BenchmarkRunLogLine is an outcome line through the run's logger and
+// buffer.
+func BenchmarkRunLogLine(b *testing.B) {
+	cfg := &config.Config{}
+	cfg.Scheduler.LogLevel = "info"
+	buf := newLogBuffer(io.Discard)
+	log := newLogger(cfg, buf).(rfc3339Logger).Unchecked()
+	kv := []any{"msg", "5308609.3kq7m2c", "rcpt", int64(150), "to", "carol@example.net", "channel", "smtp",
+		"host", "example.net", "ta", 4242, "status", "ok3", "delay", "362ms", "attempts", 1, "next", "",
+		"text", "delivered to the sink"}
+	b.ReportAllocs()
+	for b.Loop() {
+		log.Info("outcome", kv...)
 	}
 }

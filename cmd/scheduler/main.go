@@ -329,13 +329,21 @@ func versionLine() string {
 }
 
 func newLogger(cfg *config.Config, w io.Writer) hclog.Logger {
-	return rfc3339Logger{hclog.New(&hclog.LoggerOptions{
+	opts := &hclog.LoggerOptions{
 		Name:       "zsched",
 		Level:      hclog.LevelFromString(cfg.Scheduler.LogLevel),
 		JSONFormat: cfg.Scheduler.LogFormat == "json",
 		Output:     w,
 		TimeFormat: logTimeFormat,
-	})}
+	}
+	if b, ok := w.(*logBuffer); ok && !opts.JSONFormat {
+		// The buffer writes each line's time (logBuffer.stamp): hclog
+		// neither reads the clock nor formats it.
+		b.stamp = true
+		opts.DisableTime = true
+		opts.TimeFn = func() time.Time { return time.Time{} }
+	}
+	return rfc3339Logger{hclog.New(opts)}
 }
 
 func cmdRun(args []string, _ io.Reader, _, stderr io.Writer) error {
