@@ -129,6 +129,10 @@ type dirFDs struct {
 	// noHandles is set for a tree whose filesystem gives no file
 	// handles: FileIDs there come from statx (fileid.go).
 	noHandles [numTrees]atomic.Bool
+	// noNoatime is set once an open with O_NOATIME has been refused
+	// (EPERM: the process neither owns the spool's files nor has
+	// CAP_FOWNER): control files are then read without it.
+	noNoatime atomic.Bool
 
 	mu      sync.Mutex
 	retired []int
@@ -245,6 +249,23 @@ func (c *dirCache) openFile(tree int, rel string, flags int) (int, error) {
 	return fd, err
 }
 
+// openControl opens the control file rel for reading, with O_NOATIME where
+// the kernel permits it: the scheduler's read is no reason to write the
+// file's inode, which relatime (the default) does on the first read after
+// a write — every control file, once — and which on a journalling
+// filesystem is a journal update. Where it is refused (EPERM), the spool
+// reads without it from then on.
+func (c *dirCache) openControl(rel string) (int, error) {
+	if !c.fds.noNoatime.Load() {
+		fd, err := c.openFile(treeTransport, rel, unix.O_RDONLY|unix.O_NOATIME)
+		if !errors.Is(err, unix.EPERM) {
+			return fd, err
+		}
+		c.fds.noNoatime.Store(true)
+	}
+	return c.openFile(treeTransport, rel, unix.O_RDONLY)
+}
+
 // controlStat is what readControl learns of a control file before it
 // reads it.
 type controlStat struct {
@@ -260,7 +281,7 @@ type controlStat struct {
 // (or, should it grow past limit while read, read no further).
 func (c *dirCache) readControl(rel string, buf []byte, limit int64) ([]byte, controlStat, error) {
 	var cs controlStat
-	fd, err := c.openFile(treeTransport, rel, unix.O_RDONLY)
+	fd, err := c.openControl(rel)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENXIO) {
 			// A symbolic link (O_NOFOLLOW), a socket.

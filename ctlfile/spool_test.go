@@ -479,3 +479,31 @@ func TestNotifyScheduler(t *testing.T) {
 		t.Errorf("datagram %q", got)
 	}
 }
+
+// TestReadKeepsAtime: the scheduler's read of a control file does not
+// update its access time (O_NOATIME, permitted to the file's owner), where
+// relatime would write the inode: the access time is not after the
+// modification time, as it is in every control file a router has just
+// written.
+func TestReadKeepsAtime(t *testing.T) {
+	s := newSpool(t, 1)
+	rel, err := s.Enqueue(testMessage(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := s.ctlPath(rel)
+	old := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(ctl, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Read(rel); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(ctl, &st); err != nil {
+		t.Fatal(err)
+	}
+	if atime := time.Unix(st.Atim.Unix()); !atime.Equal(old) {
+		t.Errorf("control file's access time %v after the read, want %v (untouched)", atime, old)
+	}
+}
