@@ -19,10 +19,11 @@ type logBuffer struct {
 	timer *time.Timer // armed while the buffer holds bytes
 
 	// stamp: each Write is a line of the plain format without its time,
-	// which Write puts in front (newLogger). hclog formats the time
-	// anew for every line, a seventh of the outcome line's cost; here it
-	// is formatted once per millisecond (a busy scheduler writes some
-	// hundred lines in one) and the same bytes come out.
+	// which Write puts in front (newLogger). hclog formats the time anew
+	// for every line, a fifth of an outcome line's cost (615 → 475 ns in
+	// BenchmarkRunLogLine); here it is formatted once per millisecond (a
+	// busy scheduler writes some hundred lines in one), and the same
+	// bytes come out.
 	stamp   bool
 	stampMs int64  // the Unix millisecond stampAt holds
 	stampAt []byte // its time in logTimeFormat and a space
