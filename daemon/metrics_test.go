@@ -190,6 +190,16 @@ func TestMetricsAcceptEMFILE(t *testing.T) {
 	srv, cl := serveMetrics(ln, mux, log, metricsLimits())
 	t.Cleanup(func() { srv.Close() })
 
+	// The client's socket is made before the table is filled: with one
+	// descriptor left for a dial, anything else in the process that
+	// opens a file for a moment (the race detector's runtime does) can
+	// take it first. connect(2) needs no descriptor of its own.
+	sfd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := os.NewFile(uintptr(sfd), "client")
+	defer client.Close()
 	var saved syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &saved); err != nil {
 		t.Fatal(err)
@@ -212,24 +222,26 @@ func TestMetricsAcceptEMFILE(t *testing.T) {
 		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &saved)
 	}
 	t.Cleanup(release)
-	for {
-		f, err := os.Open("/dev/null")
-		if errors.Is(err, syscall.EMFILE) {
-			break
+	// fillUp takes every free descriptor, so the server's accept gets
+	// EMFILE; it is run again while waiting, in case a descriptor taken
+	// for a moment elsewhere came back.
+	fillUp := func() {
+		for {
+			f, err := os.Open("/dev/null")
+			if errors.Is(err, syscall.EMFILE) {
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			fill = append(fill, f)
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		fill = append(fill, f)
 	}
-	// One descriptor left: the client's. The server's accept gets EMFILE.
-	fill[len(fill)-1].Close()
-	fill = fill[:len(fill)-1]
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatalf("dial with one descriptor left: %v", err)
+	fillUp()
+	port := ln.Addr().(*net.TCPAddr).Port
+	if err := syscall.Connect(sfd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatalf("connect with no descriptor left: %v", err)
 	}
-	defer c.Close()
 	deadline := time.Now().Add(guard)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -238,7 +250,14 @@ func TestMetricsAcceptEMFILE(t *testing.T) {
 			t.Fatal("the listener's accept never failed")
 		}
 		<-tick.C
+		fillUp()
 	}
+	release()
+	c, err := net.FileConn(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	release()
 	c.SetDeadline(time.Now().Add(guard))
 	fmt.Fprint(c, "GET /metrics HTTP/1.1\r\nHost: zsched\r\n\r\n")
