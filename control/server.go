@@ -104,6 +104,10 @@ type Server struct {
 	log  hclog.Logger
 	reqs chan *Request
 	done chan struct{}
+	// interrupted is closed once Close has set every session's deadline:
+	// a session that says why it ends sets its own write deadline after
+	// that, not before (where Close's would cancel its farewell).
+	interrupted chan struct{}
 	// Session slots: Unix, TCP, and TCP before AUTH.
 	slots, tcpSlots, preAuth chan struct{}
 	euid                     int
@@ -129,17 +133,19 @@ type Server struct {
 func Listen(opt Options) (*Server, error) {
 	opt.defaults()
 	s := &Server{
-		opt:      opt,
-		log:      opt.Log,
-		reqs:     make(chan *Request),
-		done:     make(chan struct{}),
-		slots:    make(chan struct{}, opt.MaxClients),
-		tcpSlots: make(chan struct{}, opt.MaxTCPClients),
-		preAuth:  make(chan struct{}, opt.MaxPreAuth),
-		euid:     os.Geteuid(),
-		gid:      -1,
-		conns:    make(map[net.Conn]struct{}),
-		fails:    newLimiter(opt.AuthFailures, opt.AuthWindow),
+		opt:  opt,
+		log:  opt.Log,
+		reqs: make(chan *Request),
+		done: make(chan struct{}),
+
+		interrupted: make(chan struct{}),
+		slots:       make(chan struct{}, opt.MaxClients),
+		tcpSlots:    make(chan struct{}, opt.MaxTCPClients),
+		preAuth:     make(chan struct{}, opt.MaxPreAuth),
+		euid:        os.Geteuid(),
+		gid:         -1,
+		conns:       make(map[net.Conn]struct{}),
+		fails:       newLimiter(opt.AuthFailures, opt.AuthWindow),
 	}
 	if opt.Group != "" {
 		gid, err := lookupGroup(opt.Group)
@@ -263,6 +269,7 @@ func (s *Server) Close() error {
 			c.SetDeadline(time.Now())
 		}
 		s.mu.Unlock()
+		close(s.interrupted)
 	})
 	s.wg.Wait()
 	return nil
@@ -565,7 +572,7 @@ func (ss *session) command(line string) bool {
 	select {
 	case ss.s.reqs <- req:
 	case <-ss.s.done:
-		ss.send("-scheduler shutting down")
+		ss.farewell()
 		return false
 	case <-timer.C:
 		return ss.send("-TIMEOUT the scheduler did not take the command")
@@ -577,11 +584,18 @@ func (ss *session) command(line string) bool {
 		}
 		return ss.send(rep.encode()...)
 	case <-ss.s.done:
-		ss.send("-scheduler shutting down")
+		ss.farewell()
 		return false
 	case <-timer.C:
 		return ss.send("-TIMEOUT the scheduler did not answer")
 	}
+}
+
+// farewell tells the client the scheduler is stopping, once Close has
+// interrupted the sessions (Server.interrupted).
+func (ss *session) farewell() {
+	<-ss.s.interrupted
+	ss.send("-scheduler shutting down")
 }
 
 func unknown(words []string) string {
