@@ -74,6 +74,7 @@ func bench(args []string, stdout, stderr io.Writer) error {
 	keep := fs.Bool("keep", false, "keep the postoffice and log")
 	generateOnly := fs.Bool("generate", false, "only generate the queue and its config, print where, and keep them")
 	cpuprofile := fs.String("cpuprofile", "", "write the scheduler's CPU profile to `file`")
+	tracePath := fs.String("trace", "", "write the scheduler's Go execution trace to `file` (go tool trace; the scheduler must know run -trace)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -165,6 +166,9 @@ nice = %d
 	runArgs := []string{"run", "-drain", "-config", cfgPath, "-stats", statsPath}
 	if *cpuprofile != "" {
 		runArgs = append(runArgs, "-cpuprofile", *cpuprofile)
+	}
+	if *tracePath != "" {
+		runArgs = append(runArgs, "-trace", *tracePath)
 	}
 	cmd := exec.Command(self, runArgs...)
 	logFile, err := os.Create(filepath.Join(dir, "scheduler.log"))

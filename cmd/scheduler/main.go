@@ -26,6 +26,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"syscall"
 	"time"
@@ -351,6 +352,7 @@ func cmdRun(args []string, _ io.Reader, _, stderr io.Writer) error {
 	drain := fs.Bool("drain", false, "exit 0 once the queue is empty and no agent is busy")
 	create := fs.Bool("create", false, "make the postoffice if it does not exist (as scheduler init)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to `file`")
+	tracePath := fs.String("trace", "", "write a Go execution trace of the run to `file` (go tool trace): where the goroutines wait and the CPUs idle")
 	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on `addr`, a loopback address (e.g. 127.0.0.1:6060)")
 	statsPath := fs.String("stats", "", "write the run's figures (startup read, drain, the scheduler's own CPU and memory when it drained) to `file` as JSON at exit (the bench reads them)")
 	if err := fs.Parse(args); err != nil {
@@ -369,6 +371,17 @@ func cmdRun(args []string, _ io.Reader, _, stderr io.Writer) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *tracePath != "" {
+		f, err := os.Create(*tracePath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return fmt.Errorf("run: -trace: %w", err)
+		}
+		defer trace.Stop()
 	}
 	cfg, err := loadConfig(*path)
 	if err != nil {
