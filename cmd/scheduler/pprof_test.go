@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -29,5 +33,27 @@ func TestPprofLoopbackOnly(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile") {
 		t.Errorf("goroutine profile: %s\n%.200s", resp.Status, body)
+	}
+}
+
+// TestRunTrace: run -trace writes the drain's execution trace, which
+// `go tool trace` reads (its header names the Go release).
+func TestRunTrace(t *testing.T) {
+	p := newPostoffice(t, "")
+	p.rewrite(fmt.Sprintf(`[[clause]]
+select = "smtp/*"
+command = [%q, "-c", "smtp"]
+`, p.agent("sink")))
+	p.enqueue(3, 2, 2)
+	path := filepath.Join(p.dir, "run.trace")
+	if out, err := p.scheduler("run", "-drain", "-trace", path).CombinedOutput(); err != nil {
+		t.Fatalf("run -drain -trace: %v\n%s", err, tail(string(out), 20))
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte("go 1.")) || !bytes.Contains(b[:min(len(b), 32)], []byte(" trace")) || len(b) < 1024 {
+		t.Fatalf("trace file: %d bytes beginning %q, want a Go execution trace", len(b), b[:min(len(b), 32)])
 	}
 }
