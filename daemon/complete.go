@@ -99,7 +99,6 @@ func (d *Daemon) removed(rels []string) {
 		again := d.in.removing[rel]
 		delete(d.in.removing, rel)
 		if again {
-			d.in.rereads--
 			d.enqueueRead(rel)
 		}
 	}

@@ -265,9 +265,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	notify := d.notify
 	for {
 		d.serveWaiting()
-		if d.rm.pending > 0 {
-			d.removed(d.rm.take()) // complete.go
-		}
 		d.intakeStep()
 		d.apply()
 		d.censusCheck(d.now())
@@ -295,15 +292,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 			wait = 0
 		}
 		timer.Reset(max(wait, 0))
-		// While agents have jobs their reports wake the loop soon, and
-		// the top of the loop takes what the remover has done: its batches
-		// then wake no thread (a sixth of the loop's wakes in a drain).
-		// It must wake the loop when a name waits for its removal, and
-		// once the core is idle (a drain's end).
-		rmDone := d.rm.done
-		if d.in.rereads == 0 && !d.core.Idle() {
-			rmDone = nil
-		}
 		d.clock.sleep()
 		select {
 		case <-ctx.Done():
@@ -337,7 +325,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-d.fetchDone():
 			d.clock.woke()
 			// intakeStep takes the batch at the top of the loop.
-		case <-rmDone:
+		case <-d.rm.done:
 			d.clock.woke()
 			d.removed(d.rm.take()) // complete.go
 		case rel, ok := <-notify:

@@ -150,9 +150,6 @@ type intake struct {
 	// a scan) meanwhile may be a new message under a reused inode
 	// number: true, and it is read once the removal is done.
 	removing map[string]bool
-	// rereads counts the names in removing that are true: while there is
-	// one, Run's loop wakes as soon as the remover is done (remove.go).
-	rereads int
 	// waiting is why each file in later waits.
 	waiting map[string]*waitState
 	// breaks holds the locks judged stale, for the next read of the file.
@@ -181,15 +178,6 @@ func limits(s *config.Scheduler) admission.Limits {
 }
 
 func (in *intake) pending() int { return len(in.fifo) - in.head }
-
-// rereadAfterRemoval marks rel, whose files are being removed, to be read
-// once they are gone.
-func (in *intake) rereadAfterRemoval(rel string) {
-	if !in.removing[rel] {
-		in.removing[rel] = true
-		in.rereads++
-	}
-}
 
 // beyond reports whether files may wait on disk beyond the core: names to
 // read, files read and waiting for room, files waiting to be read again, or
@@ -248,7 +236,7 @@ func (d *Daemon) scanSome(now time.Time) {
 			continue
 		}
 		if _, ok := in.removing[rel]; ok {
-			in.rereadAfterRemoval(rel) // the old file, or a new one: look after
+			in.removing[rel] = true // the old file, or a new one: look after
 			continue
 		}
 		if inum, ok := inumOf(rel); ok && d.core.Has(inum) {
@@ -301,7 +289,7 @@ func (d *Daemon) enqueueRead(rel string) {
 	}
 	in := &d.in
 	if _, ok := in.removing[rel]; ok {
-		in.rereadAfterRemoval(rel) // read it once its old files are gone
+		in.removing[rel] = true // read it once its old files are gone
 		return
 	}
 	if in.known[rel] {

@@ -213,9 +213,6 @@ func (d *Daemon) act(now time.Time, v opVerb, t target, dry bool, who []any) (st
 			// Off the loop, the walk removes the files (removeKilled);
 			// meanwhile no read may take the message into core.
 			d.in.gone[t.rel] = t.control
-			if d.in.removing[t.rel] {
-				d.in.rereads--
-			}
 			d.in.removing[t.rel] = false
 		}
 		d.retry.forget('X', t.qid)
