@@ -2,8 +2,9 @@
 // queue of messages × recipients over domains in one process (no fsync: a
 // benchmark queue), runs `scheduler run -drain -stats FILE` on it with the
 // sink agent, and prints throughput, wall and CPU time (the scheduler's own
-// and its agents'), peak RSS, the rate at which the queue was read at
-// start, and dispatch latency, all from the run's figures in FILE.
+// and its agents'), their context switches, peak RSS, the rate at which
+// the queue was read at start, and dispatch latency: the figures from the
+// run's FILE, the switches and the CPU in all from wait4's usage.
 //
 //	make bench                       # builds bin/scheduler and the agents, runs bin/bench
 //	bin/bench -messages 100000 -rcpts 1 -scheduler OTHER/bin/scheduler
