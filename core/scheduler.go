@@ -86,14 +86,17 @@ type agent struct {
 	thread  *thread.Thread
 	host    string
 	state   agentState
-	fifo    []entry
-	jobs    int // entries of kind entryJob in fifo
-	heard   time.Time
-	garbage int  // misformed lines since its last #hungry
-	killed  bool // by the scheduler: its exit is no transport failure
-	hungry  bool // it has said #hungry at least once
-	failed  bool // its exit was a transport failure (throttle.go)
-	gen     int  // the ring's throttle it was started under, 0 = none
+	fifo    []entry // the lines outstanding, oldest first (push, pop)
+	// fifoBase is the array fifo is a window of, from its start: pop
+	// reslices fifo at the front, push moves it back down (fifo.go).
+	fifoBase []entry
+	jobs     int // entries of kind entryJob in fifo
+	heard    time.Time
+	garbage  int  // misformed lines since its last #hungry
+	killed   bool // by the scheduler: its exit is no transport failure
+	hungry   bool // it has said #hungry at least once
+	failed   bool // its exit was a transport failure (throttle.go)
+	gen      int  // the ring's throttle it was started under, 0 = none
 	// killReason is why the core killed it (jobtimeout, garbage): its
 	// unfinished jobs say so, not "signal: killed".
 	killReason string
