@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"zsched/ring"
 	"zsched/thread"
 	"zsched/vertex"
 )
@@ -123,6 +124,9 @@ func (s *Core) Check(now time.Time) error {
 		r := s.rings[s.ringKey(t)]
 		if r == nil {
 			return fmt.Errorf("thread %s/%s has no ring", k.Channel, k.Host)
+		}
+		if kept, ok := t.Ring.(*ring.Ring); ok && kept != r {
+			return fmt.Errorf("thread %s/%s keeps ring %v, its key names %v", k.Channel, k.Host, kept.Key, r.Key)
 		}
 		if t.Wants(now) != r.Offers(t) {
 			return fmt.Errorf("thread %s/%s wants=%v but offered %v", k.Channel, k.Host, t.Wants(now), r.Offers(t))

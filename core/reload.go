@@ -134,6 +134,7 @@ func (s *Core) Reconfigure(now time.Time, cfg *config.Config) error {
 		from := oldRings[ringKeyUnder(old, t)]
 		rk, hb := keyFor(ci, t.Channel, t.Host)
 		r := place(from, rk, hb)
+		t.Ring = r
 		if r != from {
 			moved++
 		}

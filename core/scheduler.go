@@ -392,7 +392,14 @@ func (s *Core) ringKey(t *thread.Thread) ring.Key {
 	return k
 }
 
+// ring returns t's ring, making it if there is none. The ring is kept on
+// the thread (thread.Thread.Ring): a thread's ring changes only in a reload,
+// which sets it anew, and is not dropped while the thread exists (it counts
+// the thread).
 func (s *Core) ring(t *thread.Thread) *ring.Ring {
+	if r, ok := t.Ring.(*ring.Ring); ok {
+		return r
+	}
 	k := s.ringKey(t)
 	r, ok := s.rings[k]
 	if !ok {
@@ -400,6 +407,7 @@ func (s *Core) ring(t *thread.Thread) *ring.Ring {
 		setOrder(r, s.clause(k.Clause))
 		s.rings[k] = r
 	}
+	t.Ring = r
 	return r
 }
 
