@@ -48,6 +48,14 @@ func (s *Core) Check(now time.Time) error {
 			return fmt.Errorf("agent %d counts %d jobs, holds %d", id, a.jobs, jobs)
 		}
 	}
+	for k, rt := range s.routes {
+		if rt.thread == nil {
+			continue
+		}
+		if t := s.threads[thread.Key{Clause: rt.clause, Channel: k[0], Host: k[1]}]; t != rt.thread {
+			return fmt.Errorf("route %s/%s keeps a thread that is not its thread in core", k[0], k[1])
+		}
+	}
 	if len(s.agents) != s.total {
 		return fmt.Errorf("%d agents, total says %d", len(s.agents), s.total)
 	}

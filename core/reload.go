@@ -72,7 +72,7 @@ func (s *Core) Reconfigure(now time.Time, cfg *config.Config) error {
 	changes := configChanges(old, cfg)
 	s.cfg = cfg
 	s.dests.trim(cfg.Scheduler.LearnedMax) // a lowered learned_max
-	clear(s.clauses)
+	clear(s.routes)
 	// Ring keys change, and the operator may have fixed a command.
 	s.forgetThrottles()
 	clear(s.words)
