@@ -253,7 +253,7 @@ func (s *Core) job(a *agent, v *vertex.Vertex, t, borrowed *thread.Thread, now t
 	s.latency.Observe(now.Sub(due))
 	v.Agent = a.id
 	v.Attempts++
-	a.push(entry{kind: entryJob, v: v, msg: v.Msg, fed: now, borrowed: borrowed})
+	a.push(entry{kind: entryJob, v: v, msg: v.Msg, fed: now, borrowed: borrowed, thread: t})
 	a.jobs++
 	if c := s.clause(a.clause); c.JobTimeout > 0 {
 		s.watch(a.heard.Add(c.JobTimeout.D()))

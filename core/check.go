@@ -35,6 +35,9 @@ func (s *Core) Check(now time.Time) error {
 			}
 			if e.kind == entryJob {
 				jobs++
+				if e.thread != s.threadOf(e.v) {
+					return fmt.Errorf("agent %d: job of msg %d keeps a thread that is not its vertex's", id, e.msg.Inum)
+				}
 				in := s.msgs[e.msg.Inum] == e.msg
 				if in == e.msg.Gone {
 					return fmt.Errorf("agent %d: msg %d in core %v but gone %v", id, e.msg.Inum, in, e.msg.Gone)

@@ -64,6 +64,11 @@ type entry struct {
 	deferred []deferral
 	fed      time.Time
 	reported int // reports of this job, of any status
+	// thread is v's thread (threadOf), kept from the feed so that its
+	// reports and its end find it without a map lookup by v's names: a
+	// vertex stays in its thread while its job runs (a reload re-keys the
+	// thread in place; a dropped message's vertex leaves it at the end).
+	thread *thread.Thread
 	// borrowed is the thread of a job fed from another thread than the
 	// agent's (feed = "message"): the job holds one of that thread's
 	// sessions (its Busy) until it ends or its agent is killed; nil
@@ -547,10 +552,7 @@ func (s *Core) Has(inum int64) bool {
 // dropRcpt removes v's recipient i (vertex.Drop) and un-counts it in v's
 // thread.
 func (s *Core) dropRcpt(v *vertex.Vertex, i int) vertex.Rcpt {
-	if t := s.threadOf(v); t != nil {
-		t.Drop(v, 1)
-	}
-	return v.Drop(i)
+	return dropRcptIn(s.threadOf(v), v, i)
 }
 
 // hasJob reports whether a has a job line for message inum outstanding.
