@@ -96,8 +96,8 @@ func (s *Core) obtain(r *ring.Ring, t *thread.Thread, now time.Time) *agent {
 		ring:    r,
 		state:   starting,
 		heard:   now,
-		fifo:    []entry{{kind: entryStart}},
 	}
+	a.push(entry{kind: entryStart})
 	s.agents[a.id] = a
 	s.transportStarted(r, a)
 	s.total++
@@ -253,7 +253,7 @@ func (s *Core) job(a *agent, v *vertex.Vertex, t, borrowed *thread.Thread, now t
 	s.latency.Observe(now.Sub(due))
 	v.Agent = a.id
 	v.Attempts++
-	a.fifo = append(a.fifo, entry{kind: entryJob, v: v, msg: v.Msg, fed: now, borrowed: borrowed})
+	a.push(entry{kind: entryJob, v: v, msg: v.Msg, fed: now, borrowed: borrowed, thread: t})
 	a.jobs++
 	if c := s.clause(a.clause); c.JobTimeout > 0 {
 		s.watch(a.heard.Add(c.JobTimeout.D()))
@@ -377,7 +377,7 @@ func (s *Core) next(a *agent, now time.Time) {
 		s.detach(a, now)
 	}
 	a.peers = nil
-	a.fifo = append(a.fifo, entry{kind: entryIdle})
+	a.push(entry{kind: entryIdle})
 	a.state = idling
 	s.ready.Writes = append(s.ready.Writes, Write{Agent: a.id, Line: "#idle"})
 }
@@ -452,14 +452,7 @@ func (s *Core) hungry(a *agent, now time.Time) {
 	}
 	a.hungry = true
 	a.garbage = 0
-	e := a.fifo[0]
-	// Shift rather than reslice: a queue resliced at the front and
-	// appended at the back allocates anew every few jobs, and allocation
-	// is paid again in GC assists that grow with the live heap. The queue
-	// holds at most overfeed+2 entries.
-	n := copy(a.fifo, a.fifo[1:])
-	a.fifo[n] = entry{}
-	a.fifo = a.fifo[:n]
+	e := a.pop()
 	switch e.kind {
 	case entryStart:
 		if a.state == starting {
@@ -561,7 +554,7 @@ func (s *Core) AgentExited(now time.Time, id int, why string) {
 			s.ready.Rereads = append(s.ready.Rereads, Reread{Path: m.Path, Inum: m.Inum})
 		}
 	}
-	a.fifo = nil
+	a.dropFifo()
 	a.jobs = 0
 	s.detach(a, now)
 	if a.ring.Empty() {

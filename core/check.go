@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"zsched/ring"
 	"zsched/thread"
 	"zsched/vertex"
 )
@@ -34,6 +35,9 @@ func (s *Core) Check(now time.Time) error {
 			}
 			if e.kind == entryJob {
 				jobs++
+				if e.thread != s.threadOf(e.v) {
+					return fmt.Errorf("agent %d: job of msg %d keeps a thread that is not its vertex's", id, e.msg.Inum)
+				}
 				in := s.msgs[e.msg.Inum] == e.msg
 				if in == e.msg.Gone {
 					return fmt.Errorf("agent %d: msg %d in core %v but gone %v", id, e.msg.Inum, in, e.msg.Gone)
@@ -45,6 +49,14 @@ func (s *Core) Check(now time.Time) error {
 		}
 		if jobs != a.jobs {
 			return fmt.Errorf("agent %d counts %d jobs, holds %d", id, a.jobs, jobs)
+		}
+	}
+	for k, rt := range s.routes {
+		if rt.thread == nil {
+			continue
+		}
+		if t := s.threads[thread.Key{Clause: rt.clause, Channel: k[0], Host: k[1]}]; t != rt.thread {
+			return fmt.Errorf("route %s/%s keeps a thread that is not its thread in core", k[0], k[1])
 		}
 	}
 	if len(s.agents) != s.total {
@@ -123,6 +135,9 @@ func (s *Core) Check(now time.Time) error {
 		r := s.rings[s.ringKey(t)]
 		if r == nil {
 			return fmt.Errorf("thread %s/%s has no ring", k.Channel, k.Host)
+		}
+		if kept, ok := t.Ring.(*ring.Ring); ok && kept != r {
+			return fmt.Errorf("thread %s/%s keeps ring %v, its key names %v", k.Channel, k.Host, kept.Key, r.Key)
 		}
 		if t.Wants(now) != r.Offers(t) {
 			return fmt.Errorf("thread %s/%s wants=%v but offered %v", k.Channel, k.Host, t.Wants(now), r.Offers(t))

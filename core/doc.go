@@ -56,8 +56,9 @@
 //
 // The files, by concern: scheduler.go (the Core, placement, the agenda),
 // action.go (the batch and its steps), agents.go (feeding agents, their
-// lines and exits), report.go (what a report means), order.go (the rings'
-// feed order), feedback.go, retry.go (retry, expiry, delay warnings),
+// lines and exits; fifo.go an agent's queue of lines outstanding),
+// report.go (what a report means), order.go (the rings' feed order),
+// feedback.go, retry.go (retry, expiry, delay warnings),
 // destinations.go (learned state), queue.go (queue ids, holds and retry
 // state that outlive the process, destination patterns), observation.go (what the batch reports
 // besides effects), check.go (invariants, for tests).

@@ -569,3 +569,52 @@ func TestMessageLookupForms(t *testing.T) {
 		}
 	}
 }
+
+// TestReconfigureMovesThreadsToTheirNewRings reloads a configuration that
+// splits one ring in two while both its threads have work queued: each
+// thread must be ranked, served and checked in the ring of its new key, not
+// in the one it was in before (the core keeps a thread's ring on the thread).
+func TestReconfigureMovesThreadsToTheirNewRings(t *testing.T) {
+	const before = `
+[[clause]]
+select = "smtp/*"
+command = "sink -c smtp"
+maxring = 1
+`
+	s := sim.New(cfg(t, before), func(j sim.Job) sim.Response {
+		r := sim.Sink(j)
+		r.Delay = time.Second
+		return r
+	}, 1)
+	for i := range 4 {
+		s.Enqueue(fmt.Sprintf("smtp/a.test/u%d", i))
+		s.Enqueue(fmt.Sprintf("smtp/b.test/u%d", i))
+	}
+	run(t, s, 1500*time.Millisecond)
+	after := cfg(t, `
+[[clause]]
+select = "smtp/b.test"
+command = "sink -c smtp"
+maxring = 1
+
+[[clause]]
+select = "smtp/*"
+command = "sink -c smtp"
+maxring = 1
+`)
+	var err error
+	s.Do(func(now time.Time) { err = s.Core.Reconfigure(now, after) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Core.Check(s.Now); err != nil {
+		t.Fatalf("after the reload: %v", err)
+	}
+	if n := len(s.Core.Rings(s.Now)); n != 2 {
+		t.Fatalf("%d rings after the reload, want 2", n)
+	}
+	run(t, s, time.Minute)
+	if p := s.Pending(); len(p) != 0 {
+		t.Fatalf("pending after the reload's drain: %v", p)
+	}
+}

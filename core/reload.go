@@ -72,7 +72,7 @@ func (s *Core) Reconfigure(now time.Time, cfg *config.Config) error {
 	changes := configChanges(old, cfg)
 	s.cfg = cfg
 	s.dests.trim(cfg.Scheduler.LearnedMax) // a lowered learned_max
-	clear(s.clauses)
+	clear(s.routes)
 	// Ring keys change, and the operator may have fixed a command.
 	s.forgetThrottles()
 	clear(s.words)
@@ -134,6 +134,7 @@ func (s *Core) Reconfigure(now time.Time, cfg *config.Config) error {
 		from := oldRings[ringKeyUnder(old, t)]
 		rk, hb := keyFor(ci, t.Channel, t.Host)
 		r := place(from, rk, hb)
+		t.Ring = r
 		if r != from {
 			moved++
 		}

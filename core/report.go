@@ -49,7 +49,7 @@ func (s *Core) report(a *agent, l report.Line, now time.Time) bool {
 	}
 	switch l.Status.Class() {
 	case report.Delivered:
-		s.dropRcpt(v, i)
+		dropRcptIn(e.thread, v, i)
 		s.stats.Delivered++
 		if l.Status == report.OK2 {
 			m.Diags = true
@@ -58,7 +58,7 @@ func (s *Core) report(a *agent, l report.Line, now time.Time) bool {
 		}
 		s.outcome(a, v, rc, l.Status.String(), l.Text, now, time.Time{})
 	case report.Permanent:
-		s.dropRcpt(v, i)
+		dropRcptIn(e.thread, v, i)
 		s.stats.Failed++
 		if l.Status == report.Error2 {
 			m.Diags = true
@@ -74,6 +74,14 @@ func (s *Core) report(a *agent, l report.Line, now time.Time) bool {
 		v.SiteFailed = true
 	}
 	return true
+}
+
+// dropRcptIn is dropRcpt for a vertex whose thread t is known.
+func dropRcptIn(t *thread.Thread, v *vertex.Vertex, i int) vertex.Rcpt {
+	if t != nil {
+		t.Drop(v, 1)
+	}
+	return v.Drop(i)
 }
 
 // ctlfile.NotifySuccess and NotifyNever, without importing the edge package.
@@ -97,13 +105,13 @@ func (s *Core) finish(a *agent, e entry, now time.Time, why string) {
 		// The message was dropped from core while the job ran: drop left
 		// this vertex counted in its thread, which it leaves now.
 		giveBack(&e)
-		if t := s.threadOf(v); t != nil {
+		if t := e.thread; t != nil {
 			t.Leave(v)
 			s.update(t, now)
 		}
 		return
 	}
-	t := s.threadOf(v)
+	t := e.thread
 	if why == "" && !v.Resynced {
 		why = "the agent did not report this recipient"
 	}

@@ -64,6 +64,11 @@ type entry struct {
 	deferred []deferral
 	fed      time.Time
 	reported int // reports of this job, of any status
+	// thread is v's thread (threadOf), kept from the feed so that its
+	// reports and its end find it without a map lookup by v's names: a
+	// vertex stays in its thread while its job runs (a reload re-keys the
+	// thread in place; a dropped message's vertex leaves it at the end).
+	thread *thread.Thread
 	// borrowed is the thread of a job fed from another thread than the
 	// agent's (feed = "message"): the job holds one of that thread's
 	// sessions (its Busy) until it ends or its agent is killed; nil
@@ -86,14 +91,17 @@ type agent struct {
 	thread  *thread.Thread
 	host    string
 	state   agentState
-	fifo    []entry
-	jobs    int // entries of kind entryJob in fifo
-	heard   time.Time
-	garbage int  // misformed lines since its last #hungry
-	killed  bool // by the scheduler: its exit is no transport failure
-	hungry  bool // it has said #hungry at least once
-	failed  bool // its exit was a transport failure (throttle.go)
-	gen     int  // the ring's throttle it was started under, 0 = none
+	fifo    []entry // the lines outstanding, oldest first (push, pop)
+	// fifoBase is the array fifo is a window of, from its start: pop
+	// reslices fifo at the front, push moves it back down (fifo.go).
+	fifoBase []entry
+	jobs     int // entries of kind entryJob in fifo
+	heard    time.Time
+	garbage  int  // misformed lines since its last #hungry
+	killed   bool // by the scheduler: its exit is no transport failure
+	hungry   bool // it has said #hungry at least once
+	failed   bool // its exit was a transport failure (throttle.go)
+	gen      int  // the ring's throttle it was started under, 0 = none
 	// killReason is why the core killed it (jobtimeout, garbage): its
 	// unfinished jobs say so, not "signal: killed".
 	killReason string
@@ -134,8 +142,8 @@ type Core struct {
 	forkSecond int64
 	forks      int
 
-	clauses   map[[2]string]int // (channel, host) → clause index, -1 none
-	dests     destinations      // learned state of destinations without a thread
+	routes    map[[2]string]route // by (channel, host): a cache (match, routeThread)
+	dests     destinations        // learned state of destinations without a thread
 	unmatched []*vertex.Vertex
 	nextSweep time.Time
 	// forkBlocked is set while a ring waits for the fork rate's next second.
@@ -208,7 +216,7 @@ func New(cfg *config.Config, log hclog.Logger, rng *rand.Rand) *Core {
 		rings:        make(map[ring.Key]*ring.Ring),
 		agents:       make(map[int]*agent),
 		perChannel:   make(map[string]int),
-		clauses:      make(map[[2]string]int),
+		routes:       make(map[[2]string]route),
 		heldDests:    make(map[[2]string]DestMatcher),
 		heldMessages: make(map[int64]*vertex.Message),
 	}
@@ -307,8 +315,8 @@ func (s *Core) Arrive(now time.Time, a Arrival) error {
 		}
 		m.Pending += len(g.Rcpts)
 		host := strings.ToLower(g.Host)
-		ci, ok := s.match(g.Channel, host)
-		if !ok {
+		t := s.routeThread(g.Channel, host, now)
+		if t == nil {
 			s.log.Error("no clause matches; recipients wait for a config that routes them",
 				"msg", m.QID, "channel", g.Channel, "host", host, "rcpts", len(g.Rcpts))
 			v := vertex.New(m, &vertex.Dest{Clause: -1, Channel: g.Channel, Host: host}, g.Rcpts)
@@ -317,7 +325,6 @@ func (s *Core) Arrive(now time.Time, a Arrival) error {
 			s.unmatched = append(s.unmatched, v)
 			continue
 		}
-		t := s.thread(ci, g.Channel, host, now)
 		v := vertex.New(m, &t.Key, g.Rcpts)
 		restoreRetry(v, g, now)
 		m.Vertices = append(m.Vertices, v)
@@ -343,25 +350,66 @@ func (s *Core) placeVertex(t *thread.Thread, v *vertex.Vertex, now time.Time) {
 	t.Add(v, now)
 }
 
-// match returns the clause for (channel, host), cached: config.Match is a
-// linear glob scan and arrivals repeat destinations.
+// route is what the core keeps of a (channel, host) it has routed: the
+// clause that matches it (-1: none) and, once an arrival looked it up and
+// while it exists, its thread. config.Match is a linear glob scan and
+// arrivals repeat destinations; and with the thread kept, an arrival's
+// group costs one map lookup by its names instead of two (the clause, then
+// the thread by clause, channel and host). A reload clears the cache;
+// dropThread forgets the thread.
+type route struct {
+	clause int
+	thread *thread.Thread
+}
+
+// match returns the clause for (channel, host), cached.
 func (s *Core) match(channel, host string) (int, bool) {
 	k := [2]string{channel, host}
-	if ci, ok := s.clauses[k]; ok {
-		return ci, ci >= 0
+	if rt, ok := s.routes[k]; ok {
+		return rt.clause, rt.clause >= 0
 	}
-	ci, ok := s.cfg.Match(channel, host)
+	ci := s.matchNew(k)
+	return ci, ci >= 0
+}
+
+// matchNew matches (channel, host) in the configuration and caches it, with
+// no thread; -1 when no clause matches.
+func (s *Core) matchNew(k [2]string) int {
+	ci, ok := s.cfg.Match(k[0], k[1])
 	if !ok {
 		ci = -1
 	}
-	if len(s.clauses) >= maxClauseCache {
-		clear(s.clauses)
-	}
-	s.clauses[k] = ci
-	return ci, ok
+	s.setRoute(k, route{clause: ci})
+	return ci
 }
 
-// maxClauseCache bounds the clause cache; past it the cache starts over.
+func (s *Core) setRoute(k [2]string, rt route) {
+	if _, ok := s.routes[k]; !ok && len(s.routes) >= maxClauseCache {
+		clear(s.routes)
+	}
+	s.routes[k] = rt
+}
+
+// routeThread returns the thread for (channel, host), made if need be; nil
+// when no clause matches.
+func (s *Core) routeThread(channel, host string, now time.Time) *thread.Thread {
+	k := [2]string{channel, host}
+	rt, ok := s.routes[k]
+	if ok && rt.thread != nil {
+		return rt.thread
+	}
+	if !ok {
+		rt.clause = s.matchNew(k)
+	}
+	if rt.clause < 0 {
+		return nil
+	}
+	rt.thread = s.thread(rt.clause, channel, host, now)
+	s.setRoute(k, rt)
+	return rt.thread
+}
+
+// maxClauseCache bounds the route cache; past it the cache starts over.
 const maxClauseCache = 1 << 16
 
 // thread finds or creates the thread and ring for a vertex: map lookups,
@@ -389,7 +437,14 @@ func (s *Core) ringKey(t *thread.Thread) ring.Key {
 	return k
 }
 
+// ring returns t's ring, making it if there is none. The ring is kept on
+// the thread (thread.Thread.Ring): a thread's ring changes only in a reload,
+// which sets it anew, and is not dropped while the thread exists (it counts
+// the thread).
 func (s *Core) ring(t *thread.Thread) *ring.Ring {
+	if r, ok := t.Ring.(*ring.Ring); ok {
+		return r
+	}
 	k := s.ringKey(t)
 	r, ok := s.rings[k]
 	if !ok {
@@ -397,6 +452,7 @@ func (s *Core) ring(t *thread.Thread) *ring.Ring {
 		setOrder(r, s.clause(k.Clause))
 		s.rings[k] = r
 	}
+	t.Ring = r
 	return r
 }
 
@@ -428,6 +484,9 @@ func (s *Core) dropThread(t *thread.Thread) {
 	r.RemoveThread(t)
 	s.agenda.SetWake(t, time.Time{})
 	delete(s.threads, t.Key)
+	if k := [2]string{t.Channel, t.Host}; s.routes[k].thread == t {
+		s.routes[k] = route{clause: t.Clause}
+	}
 	if s.book != nil {
 		s.dropSeat(t)
 	}
@@ -493,10 +552,7 @@ func (s *Core) Has(inum int64) bool {
 // dropRcpt removes v's recipient i (vertex.Drop) and un-counts it in v's
 // thread.
 func (s *Core) dropRcpt(v *vertex.Vertex, i int) vertex.Rcpt {
-	if t := s.threadOf(v); t != nil {
-		t.Drop(v, 1)
-	}
-	return v.Drop(i)
+	return dropRcptIn(s.threadOf(v), v, i)
 }
 
 // hasJob reports whether a has a job line for message inum outstanding.

@@ -56,6 +56,12 @@ type Thread struct {
 	// a session to come free, before it may take another agent.
 	Asking bool
 
+	// Ring is the ring the core ranks the thread in (a *ring.Ring: package
+	// ring imports this one), kept here so that finding it on every update
+	// is no map lookup by (clause, channel, host); nil until the core
+	// looks it up. Only the core reads or writes it.
+	Ring any
+
 	// wake is the time the core's agenda (a ByWake heap) holds the thread
 	// for, zero when none; index its place in a heap of each order, -1
 	// when none. Only Heap writes them.
