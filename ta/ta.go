@@ -114,6 +114,14 @@ type Agent struct {
 	// marked), and package tacheck's lock case fails such an agent: the
 	// project's agents leave it off; it measures what the lock costs.
 	Instant bool
+	// NoBody declares that the delivery function never reads the
+	// message: Body returns nil and BodyFD -1. Serve then looks for the
+	// message file with a stat rather than opening it, once per message
+	// whose files are kept: a missing one is still libta's error2 (the
+	// protocol asks an agent to check), and the open file, its close and
+	// the descriptor are spared. A null agent's choice; an agent that
+	// reads the message leaves it off.
+	NoBody bool
 }
 
 // Result is the outcome for one locked recipient.
@@ -146,8 +154,15 @@ type Delivery struct {
 	state  []rcptState // by index into File.Rcpts
 	bodyFD int         // the message file, open for reading; -1 once closed
 	body   *os.File    // bodyFD as an *os.File, once Body made it
-	reused bool        // h and bodyFD were kept open from the message's last job
-	id     kept        // h's identity, as far as known (reused)
+	// bodySeen: the message file was found, open in bodyFD or, for an
+	// Agent.NoBody, there at a stat (in this job or an earlier one of
+	// the message whose files are kept).
+	bodySeen bool
+	reused   bool // h and bodyFD were kept open from the message's last job
+	// direct: Path is local and clean (cleanLocal), opened relative to
+	// the directory descriptors.
+	direct bool
+	id     kept // h's identity, as far as known (reused)
 	// resynced: the job was answered #resync; its files are not kept.
 	resynced bool
 	// unlocked: the locks were taken in memory only (Agent.Instant).
@@ -235,7 +250,7 @@ func (a *Agent) Serve(deliver func(d *Delivery) []Result) error {
 		// same order, one system call and one wake-up of the scheduler
 		// instead of one per job. A slow job's report is never held
 		// back longer than flushEvery.
-		if !s.lineBuffered() || s.now().Sub(s.flushed) >= flushEvery {
+		if !s.lineBuffered() || time.Since(s.flushed) >= flushEvery {
 			if err := s.flush(); err != nil {
 				return err
 			}
@@ -287,7 +302,10 @@ type session struct {
 	ident string // name[pid]
 	now   func() time.Time
 	werr  error
-	// flushed is when output was last flushed.
+	// flushed is when output was last flushed, by time.Now rather than
+	// Agent.Now: only its monotonic reading is used (time.Since reads the
+	// monotonic clock alone, one vDSO call where time.Now makes two, and
+	// the check runs after every job).
 	flushed time.Time
 	// closeStdio releases the descriptors Serve opened for stdin and
 	// stdout.
@@ -319,6 +337,9 @@ type kept struct {
 	path   string          // the job path; "" when nothing is kept
 	h      *ctlfile.Handle // the control file
 	bodyFD int             // the message file, -1 if not kept
+	// bodySeen: the message file was found (bodyFD, or a stat for an
+	// Agent.NoBody); the next job need not look for it again.
+	bodySeen bool
 	// dev and ino identify h's file (fstat), taken when a job first
 	// names it again.
 	dev, ino uint64
@@ -378,7 +399,7 @@ func (s *session) flush() error {
 	if s.werr != nil {
 		return s.werr
 	}
-	s.flushed = s.now()
+	s.flushed = time.Now()
 	if err := s.w.Flush(); err != nil {
 		s.werr = fmt.Errorf("ta: write: %w", err)
 	}
@@ -447,10 +468,10 @@ func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
 	// relative to the directory descriptors; anything else ("..",
 	// absolute, unclean) by the whole path, exactly as before they
 	// existed.
-	direct := filepath.IsLocal(p) && filepath.Clean(p) == p
+	direct := cleanLocal(p)
 	if direct && s.kept.path == p {
 		if k, ok := s.reuse(); ok {
-			d := &Delivery{File: k.h.File, Path: p, Host: host, s: s, h: k.h, bodyFD: k.bodyFD, reused: true, id: k}
+			d := &Delivery{File: k.h.File, Path: p, Host: host, s: s, h: k.h, bodyFD: k.bodyFD, bodySeen: k.bodySeen, reused: true, id: k, direct: true}
 			return s.run(d, deliver)
 		}
 	}
@@ -466,7 +487,7 @@ func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
 		s.resync(p)
 		return nil
 	}
-	d := &Delivery{File: h.File, Path: p, Host: host, s: s, h: h, bodyFD: -1}
+	d := &Delivery{File: h.File, Path: p, Host: host, s: s, h: h, bodyFD: -1, direct: direct}
 	return s.run(d, deliver)
 }
 
@@ -480,13 +501,19 @@ func (s *session) run(d *Delivery, deliver func(*Delivery) []Result) error {
 		d.resynced = true
 		return nil
 	}
-	if d.bodyFD >= 0 {
+	if d.bodyFD >= 0 || d.bodySeen {
 		return s.deliver(d, deliver)
 	}
 
-	// A raw descriptor, and an *os.File only if the agent asks (Body).
-	direct := filepath.IsLocal(p) && filepath.Clean(p) == p
-	bodyFD, err := s.openBody(p, d.File.ID, direct)
+	// A raw descriptor, and an *os.File only if the agent asks (Body);
+	// for an agent that never reads the message, a stat.
+	var bodyFD int
+	var err error
+	if s.a.NoBody {
+		bodyFD, err = -1, s.statBody(p, d.File.ID, d.direct)
+	} else {
+		bodyFD, err = s.openBody(p, d.File.ID, d.direct)
+	}
 	if err != nil {
 		res := Result{Status: report.Error2, Notary: report.Notary{Action: "failed"}, Text: missingBody}
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -503,7 +530,7 @@ func (s *session) run(d *Delivery, deliver func(*Delivery) []Result) error {
 		d.resynced = true
 		return nil
 	}
-	d.bodyFD = bodyFD
+	d.bodyFD, d.bodySeen = bodyFD, true
 	return s.deliver(d, deliver)
 }
 
@@ -542,13 +569,7 @@ func (s *session) openBody(p, id string, direct bool) (int, error) {
 	if direct {
 		s.openDirs()
 		if s.queueFD != -1 {
-			// The body has the job's hash directories and, normally,
-			// its name.
-			name := p
-			if path.Base(p) != id {
-				name = path.Join(hashDir(p), id)
-			}
-			fd, err := s.openRead(s.queueFD, name)
+			fd, err := s.openRead(s.queueFD, bodyName(p, id))
 			if pe, ok := err.(*fs.PathError); ok {
 				pe.Path = s.bodyPath(p, id)
 			}
@@ -556,6 +577,38 @@ func (s *session) openBody(p, id string, direct bool) (int, error) {
 		}
 	}
 	return s.openRead(unix.AT_FDCWD, s.bodyPath(p, id))
+}
+
+// statBody is openBody for an agent that does not read the message
+// (Agent.NoBody): whether the message file is there, by a stat, which
+// spares the open file and its close. Errors are *fs.PathError naming
+// bodyPath.
+func (s *session) statBody(p, id string, direct bool) error {
+	dirfd, name := unix.AT_FDCWD, ""
+	if direct {
+		s.openDirs()
+		if s.queueFD != -1 {
+			dirfd, name = s.queueFD, bodyName(p, id)
+		}
+	}
+	if dirfd == unix.AT_FDCWD {
+		name = s.bodyPath(p, id)
+	}
+	var st unix.Stat_t
+	if err := rawsys.Fstatat(dirfd, name, &st); err != nil {
+		return &fs.PathError{Op: "stat", Path: s.bodyPath(p, id), Err: err}
+	}
+	return nil
+}
+
+// bodyName is the message file of job path p, whose control file names it
+// id, relative to queue/: the job's hash directories and, normally, its
+// name.
+func bodyName(p, id string) string {
+	if path.Base(p) == id {
+		return p
+	}
+	return path.Join(hashDir(p), id)
 }
 
 // openRead opens a message file for reading with O_NOATIME where the
@@ -619,11 +672,11 @@ func openDir(dir string) int {
 // the scheduler's to free.
 func (s *session) finish(d *Delivery) {
 	if !d.resynced && !settled(d.File) {
-		k := kept{path: d.Path, h: d.h, bodyFD: d.bodyFD, dev: d.id.dev, ino: d.id.ino, statted: d.id.statted}
+		k := kept{path: d.Path, h: d.h, bodyFD: d.bodyFD, bodySeen: d.bodySeen, dev: d.id.dev, ino: d.id.ino, statted: d.id.statted}
 		if d.body != nil {
 			d.body.Close()
 			d.body = nil
-			k.bodyFD = -1
+			k.bodyFD, k.bodySeen = -1, false
 		}
 		d.bodyFD = -1
 		s.kept = k
@@ -741,6 +794,35 @@ func (s *session) closeFinished() {
 		i = j
 	}
 	s.closing = fds[:0]
+}
+
+// cleanLocal is filepath.IsLocal(p) && filepath.Clean(p) == p, without
+// Clean's copy and on Unix only (where IsLocal looks for nothing but ".."
+// components): p is relative, not empty, and has no empty, "." or ".."
+// component, unless it is "." alone. Every job path passes it; a job path
+// as the scheduler writes it ("A/B/12345") is clean, and checking costs
+// less than cleaning.
+func cleanLocal(p string) bool {
+	if p == "." {
+		return true
+	}
+	if p == "" || p[0] == '/' || p[len(p)-1] == '/' {
+		return false
+	}
+	for start := 0; start < len(p); {
+		end := strings.IndexByte(p[start:], '/')
+		if end < 0 {
+			end = len(p)
+		} else {
+			end += start
+		}
+		switch p[start:end] {
+		case "", ".", "..":
+			return false
+		}
+		start = end + 1
+	}
+	return true
 }
 
 // hashDir is the spool's hash prefix of a job path ("A/B/12" → "A/B"):
