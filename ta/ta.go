@@ -318,6 +318,10 @@ type session struct {
 	// then open by the whole path, as before, and the next job tries
 	// again. A directory renamed while Serve runs is still used.
 	dirFD, queueFD int
+	// ctlDirs and bodyDirs are the hash directories of Dir and of
+	// Dir/../queue, open (O_PATH) since a job first named each (see
+	// hashDirs).
+	ctlDirs, bodyDirs hashDirs
 	// closing holds the descriptors of finished jobs, to be closed
 	// together before the next flush (closeFinished).
 	closing []int
@@ -384,6 +388,8 @@ func newSession(a *Agent) *session {
 func (s *session) close() {
 	s.drop()
 	s.closeFinished()
+	s.ctlDirs.close()
+	s.bodyDirs.close()
 	for _, fd := range [...]int{s.dirFD, s.queueFD} {
 		if fd >= 0 {
 			rawsys.Close(fd)
@@ -476,6 +482,9 @@ func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
 		}
 	}
 	s.drop()
+	if direct {
+		s.openHashDirs(p)
+	}
 	h, err := s.openCtl(p, direct)
 	if err != nil {
 		if errors.Is(err, ctlfile.ErrUnknownFormat) {
@@ -553,6 +562,16 @@ func (s *session) openCtl(p string, direct bool) (*ctlfile.Handle, error) {
 	if direct {
 		s.openDirs()
 		if s.dirFD != -1 {
+			hash := hashDir(p)
+			if hd, ok := s.ctlDirs.get(s.dirFD, s.a.Dir, hash); ok {
+				h, err := ctlfile.OpenAt(hd.fd, hd.dir, p[len(hash)+1:])
+				if !errors.Is(err, fs.ErrNotExist) {
+					return h, err
+				}
+				// The directory may have been replaced since it was
+				// opened: the whole path decides.
+				s.ctlDirs.forget(hash)
+			}
 			return ctlfile.OpenAt(s.dirFD, s.a.Dir, p)
 		}
 	}
@@ -569,6 +588,17 @@ func (s *session) openBody(p, id string, direct bool) (int, error) {
 	if direct {
 		s.openDirs()
 		if s.queueFD != -1 {
+			hash := hashDir(p)
+			if hd, ok := s.bodyDirs.get(s.queueFD, "", hash); ok {
+				fd, err := s.openRead(hd.fd, id)
+				if !errors.Is(err, fs.ErrNotExist) {
+					if pe, ok := err.(*fs.PathError); ok {
+						pe.Path = s.bodyPath(p, id)
+					}
+					return fd, err
+				}
+				s.bodyDirs.forget(hash) // as in openCtl
+			}
 			fd, err := s.openRead(s.queueFD, bodyName(p, id))
 			if pe, ok := err.(*fs.PathError); ok {
 				pe.Path = s.bodyPath(p, id)
@@ -584,17 +614,28 @@ func (s *session) openBody(p, id string, direct bool) (int, error) {
 // spares the open file and its close. Errors are *fs.PathError naming
 // bodyPath.
 func (s *session) statBody(p, id string, direct bool) error {
+	var st unix.Stat_t
 	dirfd, name := unix.AT_FDCWD, ""
 	if direct {
 		s.openDirs()
 		if s.queueFD != -1 {
 			dirfd, name = s.queueFD, bodyName(p, id)
+			hash := hashDir(p)
+			if hd, ok := s.bodyDirs.get(s.queueFD, "", hash); ok {
+				err := rawsys.Fstatat(hd.fd, id, &st)
+				if err != unix.ENOENT {
+					if err != nil {
+						return &fs.PathError{Op: "stat", Path: s.bodyPath(p, id), Err: err}
+					}
+					return nil
+				}
+				s.bodyDirs.forget(hash) // as in openCtl
+			}
 		}
 	}
 	if dirfd == unix.AT_FDCWD {
 		name = s.bodyPath(p, id)
 	}
-	var st unix.Stat_t
 	if err := rawsys.Fstatat(dirfd, name, &st); err != nil {
 		return &fs.PathError{Op: "stat", Path: s.bodyPath(p, id), Err: err}
 	}
@@ -739,11 +780,117 @@ func (s *session) reuse() (kept, bool) {
 		k.dev, k.ino, k.statted = st.Dev, st.Ino, true
 		s.kept = k
 	}
-	if s.dirFD == -1 || rawsys.Fstatat(s.dirFD, k.path, &st) != nil || st.Dev != k.dev || st.Ino != k.ino {
+	if s.dirFD == -1 {
+		return kept{}, false
+	}
+	// Through the hash directory's descriptor when it is open (a
+	// directory replaced since fails the check, and the fresh open
+	// walks the whole path).
+	dirfd, name := s.dirFD, k.path
+	if hash := hashDir(k.path); hash != "" {
+		if hd, ok := s.ctlDirs.fds[hash]; ok {
+			dirfd, name = hd.fd, k.path[len(hash)+1:]
+		}
+	}
+	if rawsys.Fstatat(dirfd, name, &st) != nil || st.Dev != k.dev || st.Ino != k.ino {
 		return kept{}, false
 	}
 	s.kept = kept{}
 	return k, true
+}
+
+// hashDirs keeps the spool's hash directories ("A/B" of a job path
+// "A/B/12345") open as O_PATH descriptors, one per directory a job named,
+// so that a job's open, stat and reuse check walk one name rather than
+// the whole path: each component is a dentry lookup, and the lookups
+// were the largest item in a sink's kernel time. A spool has a bounded
+// set of them (26×26 with two levels); past maxHashDirs, and where the
+// open fails, the whole path is walked as before.
+//
+// A descriptor follows its directory, not the name: a hash directory
+// removed and made again leaves the cached one empty, so a file not found
+// through it is looked for by the whole path before the answer counts
+// (forget). One renamed away while its files stay in it is still used,
+// as Dir and the queue directory are.
+type hashDirs struct {
+	fds map[string]hashDir1
+}
+
+// hashDir1 is one open hash directory: its descriptor, and its path as
+// ctlfile.OpenAt wants it (Dir joined with the hash directories).
+type hashDir1 struct {
+	fd  int
+	dir string
+}
+
+// maxHashDirs bounds the descriptors a hashDirs holds.
+const maxHashDirs = 1024
+
+// get returns the open hash directory hash under base (whose path is
+// dir), opening it on first use; false when hash is "" or it cannot be
+// kept open.
+func (c *hashDirs) get(base int, dir, hash string) (hashDir1, bool) {
+	if hash == "" {
+		return hashDir1{}, false
+	}
+	if hd, ok := c.fds[hash]; ok {
+		return hd, true
+	}
+	if len(c.fds) >= maxHashDirs {
+		return hashDir1{}, false
+	}
+	fd, err := rawsys.Open(base, hash, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return hashDir1{}, false
+	}
+	if c.fds == nil {
+		c.fds = make(map[string]hashDir1)
+	}
+	hd := hashDir1{fd: fd, dir: filepath.Join(dir, hash)}
+	c.fds[strings.Clone(hash)] = hd
+	return hd, true
+}
+
+// openHashDirs opens the hash directories of job path p in Dir and in
+// the queue directory that are not open yet, before the job opens its
+// files. The finished jobs' descriptors are closed first (early, which
+// nothing depends on: see closeLater), so that the new descriptors take
+// the lowest free numbers, below every job's: a directory's descriptor
+// between two jobs' would split the runs that close_range closes in one
+// call, for the rest of the agent's life.
+func (s *session) openHashDirs(p string) {
+	hash := hashDir(p)
+	if hash == "" {
+		return
+	}
+	_, ctlOpen := s.ctlDirs.fds[hash]
+	_, bodyOpen := s.bodyDirs.fds[hash]
+	if ctlOpen && bodyOpen {
+		return
+	}
+	s.openDirs()
+	s.closeFinished()
+	if !ctlOpen && s.dirFD != -1 {
+		s.ctlDirs.get(s.dirFD, s.a.Dir, hash)
+	}
+	if !bodyOpen && s.queueFD != -1 {
+		s.bodyDirs.get(s.queueFD, "", hash)
+	}
+}
+
+// forget closes hash's descriptor: the next job opens it again.
+func (c *hashDirs) forget(hash string) {
+	if hd, ok := c.fds[hash]; ok {
+		rawsys.Close(hd.fd)
+		delete(c.fds, hash)
+	}
+}
+
+func (c *hashDirs) close() {
+	for _, hd := range c.fds {
+		rawsys.Close(hd.fd)
+	}
+	c.fds = nil
 }
 
 // maxClosing bounds the descriptors of finished jobs held open: with the
