@@ -95,7 +95,8 @@ func TestNoBodyMissingBody(t *testing.T) {
 }
 
 // TestCleanLocal: cleanLocal answers as filepath.IsLocal(p) &&
-// filepath.Clean(p) == p, on chosen paths and on random ones.
+// filepath.Clean(p) == p, on chosen paths and on random ones, and
+// cleanHashDir as hashDir on the clean ones.
 func TestCleanLocal(t *testing.T) {
 	ref := func(p string) bool { return filepath.IsLocal(p) && filepath.Clean(p) == p }
 	paths := []string{"", ".", "..", "/", "//", "a", "a/", "/a", "a//b", "a/./b", "a/../b", "./a", "a/.",
@@ -111,6 +112,9 @@ func TestCleanLocal(t *testing.T) {
 	for _, p := range paths {
 		if got, want := cleanLocal(p), ref(p); got != want {
 			t.Errorf("cleanLocal(%q) = %v, want %v", p, got, want)
+		}
+		if ref(p) && cleanHashDir(p) != hashDir(p) {
+			t.Errorf("cleanHashDir(%q) = %q, want hashDir's %q", p, cleanHashDir(p), hashDir(p))
 		}
 	}
 }

@@ -562,7 +562,7 @@ func (s *session) openCtl(p string, direct bool) (*ctlfile.Handle, error) {
 	if direct {
 		s.openDirs()
 		if s.dirFD != -1 {
-			hash := hashDir(p)
+			hash := cleanHashDir(p)
 			if hd, ok := s.ctlDirs.get(s.dirFD, s.a.Dir, hash); ok {
 				h, err := ctlfile.OpenAt(hd.fd, hd.dir, p[len(hash)+1:])
 				if !errors.Is(err, fs.ErrNotExist) {
@@ -588,7 +588,7 @@ func (s *session) openBody(p, id string, direct bool) (int, error) {
 	if direct {
 		s.openDirs()
 		if s.queueFD != -1 {
-			hash := hashDir(p)
+			hash := cleanHashDir(p)
 			if hd, ok := s.bodyDirs.get(s.queueFD, "", hash); ok {
 				fd, err := s.openRead(hd.fd, id)
 				if !errors.Is(err, fs.ErrNotExist) {
@@ -620,7 +620,7 @@ func (s *session) statBody(p, id string, direct bool) error {
 		s.openDirs()
 		if s.queueFD != -1 {
 			dirfd, name = s.queueFD, bodyName(p, id)
-			hash := hashDir(p)
+			hash := cleanHashDir(p)
 			if hd, ok := s.bodyDirs.get(s.queueFD, "", hash); ok {
 				err := rawsys.Fstatat(hd.fd, id, &st)
 				if err != unix.ENOENT {
@@ -646,10 +646,14 @@ func (s *session) statBody(p, id string, direct bool) error {
 // id, relative to queue/: the job's hash directories and, normally, its
 // name.
 func bodyName(p, id string) string {
-	if path.Base(p) == id {
+	hash := cleanHashDir(p)
+	if hash == "" {
+		return id
+	}
+	if p[len(hash)+1:] == id {
 		return p
 	}
-	return path.Join(hashDir(p), id)
+	return hash + "/" + id
 }
 
 // openRead opens a message file for reading with O_NOATIME where the
@@ -787,7 +791,7 @@ func (s *session) reuse() (kept, bool) {
 	// directory replaced since fails the check, and the fresh open
 	// walks the whole path).
 	dirfd, name := s.dirFD, k.path
-	if hash := hashDir(k.path); hash != "" {
+	if hash := cleanHashDir(k.path); hash != "" {
 		if hd, ok := s.ctlDirs.fds[hash]; ok {
 			dirfd, name = hd.fd, k.path[len(hash)+1:]
 		}
@@ -859,7 +863,7 @@ func (c *hashDirs) get(base int, dir, hash string) (hashDir1, bool) {
 // between two jobs' would split the runs that close_range closes in one
 // call, for the rest of the agent's life.
 func (s *session) openHashDirs(p string) {
-	hash := hashDir(p)
+	hash := cleanHashDir(p)
 	if hash == "" {
 		return
 	}
@@ -977,6 +981,15 @@ func cleanLocal(p string) bool {
 func hashDir(p string) string {
 	if dir := path.Dir(p); dir != "." {
 		return dir
+	}
+	return ""
+}
+
+// cleanHashDir is hashDir of a clean path (cleanLocal), without the Clean
+// that path.Dir makes: a few of them every job.
+func cleanHashDir(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i]
 	}
 	return ""
 }
