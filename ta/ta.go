@@ -328,6 +328,9 @@ type session struct {
 	// noCloseRange is set once close_range has failed (an old kernel, a
 	// seccomp filter): descriptors are then closed one by one.
 	noCloseRange bool
+	// noExists is set once rawsys.Exists has been refused: statBody
+	// stats from then on.
+	noExists bool
 	// noNoatime is set once an open with O_NOATIME has been refused: the
 	// agent does not own the queue's files.
 	noNoatime bool
@@ -610,11 +613,10 @@ func (s *session) openBody(p, id string, direct bool) (int, error) {
 }
 
 // statBody is openBody for an agent that does not read the message
-// (Agent.NoBody): whether the message file is there, by a stat, which
-// spares the open file and its close. Errors are *fs.PathError naming
+// (Agent.NoBody): whether the message file is there, by a stat (see
+// exists), which spares the open file and its close. Errors are *fs.PathError naming
 // bodyPath.
 func (s *session) statBody(p, id string, direct bool) error {
-	var st unix.Stat_t
 	dirfd, name := unix.AT_FDCWD, ""
 	if direct {
 		s.openDirs()
@@ -622,7 +624,7 @@ func (s *session) statBody(p, id string, direct bool) error {
 			dirfd, name = s.queueFD, bodyName(p, id)
 			hash := cleanHashDir(p)
 			if hd, ok := s.bodyDirs.get(s.queueFD, "", hash); ok {
-				err := rawsys.Fstatat(hd.fd, id, &st)
+				err := s.exists(hd.fd, id)
 				if err != unix.ENOENT {
 					if err != nil {
 						return &fs.PathError{Op: "stat", Path: s.bodyPath(p, id), Err: err}
@@ -636,10 +638,25 @@ func (s *session) statBody(p, id string, direct bool) error {
 	if dirfd == unix.AT_FDCWD {
 		name = s.bodyPath(p, id)
 	}
-	if err := rawsys.Fstatat(dirfd, name, &st); err != nil {
+	if err := s.exists(dirfd, name); err != nil {
 		return &fs.PathError{Op: "stat", Path: s.bodyPath(p, id), Err: err}
 	}
 	return nil
+}
+
+// exists is statBody's look: rawsys.Exists, or a stat where the kernel
+// has no faccessat2 (ENOSYS), or a seccomp filter refuses it (EPERM,
+// which F_OK does not otherwise give), from then on.
+func (s *session) exists(dirfd int, name string) error {
+	if !s.noExists {
+		err := rawsys.Exists(dirfd, name)
+		if err != unix.ENOSYS && err != unix.EPERM {
+			return err
+		}
+		s.noExists = true
+	}
+	var st unix.Stat_t
+	return rawsys.Fstatat(dirfd, name, &st)
 }
 
 // bodyName is the message file of job path p, whose control file names it
