@@ -162,7 +162,11 @@ type Delivery struct {
 	// direct: Path is local and clean (cleanLocal), opened relative to
 	// the directory descriptors.
 	direct bool
-	id     kept // h's identity, as far as known (reused)
+	// ctlAt and ctlName are where the control file was opened (openCtl),
+	// for the next job's reuse check; ctlAt is -1 for a whole path.
+	ctlAt   int
+	ctlName string
+	id      kept // h's identity, as far as known (reused)
 	// resynced: the job was answered #resync; its files are not kept.
 	resynced bool
 	// unlocked: the locks were taken in memory only (Agent.Instant).
@@ -269,9 +273,9 @@ func (a *Agent) Serve(deliver func(d *Delivery) []Result) error {
 			return fmt.Errorf("ta: read: %w", err)
 		}
 		switch {
-		case line == "":
+		case len(line) == 0:
 			return s.flush()
-		case line == "#idle":
+		case string(line) == "#idle":
 			// Nothing to do for a while: hold no message's files.
 			s.drop()
 			continue
@@ -279,9 +283,19 @@ func (a *Agent) Serve(deliver func(d *Delivery) []Result) error {
 			s.comment("ignored %q", line)
 			continue
 		}
-		p, host, ok := strings.Cut(line, "\t")
-		if !ok {
-			host = a.Host
+		pb, hb, ok := bytes.Cut(line, []byte{'\t'})
+		// The line's strings, without a copy when they are those of the
+		// job before: the same message, or the same host.
+		p := s.kept.path
+		if string(pb) != p {
+			p = string(pb)
+		}
+		host := a.Host
+		if ok {
+			if string(hb) != s.host {
+				s.host = string(hb)
+			}
+			host = s.host
 		}
 		if err := s.job(p, host, deliver); err != nil {
 			if ferr := s.flush(); ferr != nil {
@@ -337,6 +351,10 @@ type session struct {
 	// kept is the message of the last job, its files still open, for
 	// the next job if it names the same control file.
 	kept kept
+	// d is the job's Delivery, one for the session (job).
+	d Delivery
+	// host is the last job line's host, its string kept for the next.
+	host string
 }
 
 // kept is a message's files kept open between two of its jobs.
@@ -347,6 +365,10 @@ type kept struct {
 	// bodySeen: the message file was found (bodyFD, or a stat for an
 	// Agent.NoBody); the next job need not look for it again.
 	bodySeen bool
+	// dirfd and name are where the path leads (Delivery.ctlAt and
+	// ctlName): reuse's fstatat walks name from dirfd, -1 for none.
+	dirfd int
+	name  string
 	// dev and ino identify h's file (fstat), taken when a job first
 	// names it again.
 	dev, ino uint64
@@ -429,10 +451,11 @@ const flushEvery = time.Millisecond
 
 var errLineTooLong = errors.New("ta: input line too long")
 
-// readLine returns the next line without its newline. A line that does not
-// fit the buffer is consumed and reported as errLineTooLong: no job path is
-// that long, and the line still gets its #hungry.
-func (s *session) readLine() (string, error) {
+// readLine returns the next line without its newline, valid until the
+// next read. A line that does not fit the buffer is consumed and reported
+// as errLineTooLong: no job path is that long, and the line still gets
+// its #hungry.
+func (s *session) readLine() ([]byte, error) {
 	b, err := s.r.ReadSlice('\n')
 	if errors.Is(err, bufio.ErrBufferFull) {
 		for errors.Is(err, bufio.ErrBufferFull) {
@@ -443,13 +466,13 @@ func (s *session) readLine() (string, error) {
 		}
 	}
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	b = b[:len(b)-1]
 	if n := len(b); n > 0 && b[n-1] == '\r' {
 		b = b[:n-1]
 	}
-	return string(b), nil
+	return b, nil
 }
 
 // comment writes a '#' line, which the scheduler logs and otherwise ignores.
@@ -478,17 +501,18 @@ func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
 	// absolute, unclean) by the whole path, exactly as before they
 	// existed.
 	direct := cleanLocal(p)
+	// One Delivery serves every job: the delivery function may not keep
+	// it (nor call Report) once it has returned.
+	d := &s.d
 	if direct && s.kept.path == p {
 		if k, ok := s.reuse(); ok {
-			d := &Delivery{File: k.h.File, Path: p, Host: host, s: s, h: k.h, bodyFD: k.bodyFD, bodySeen: k.bodySeen, reused: true, id: k, direct: true}
+			*d = Delivery{File: k.h.File, Path: p, Host: host, s: s, h: k.h, bodyFD: k.bodyFD, bodySeen: k.bodySeen,
+				reused: true, id: k, direct: true, ctlAt: k.dirfd, ctlName: k.name}
 			return s.run(d, deliver)
 		}
 	}
 	s.drop()
-	if direct {
-		s.openHashDirs(p)
-	}
-	h, err := s.openCtl(p, direct)
+	h, dirfd, name, err := s.openCtl(p, direct)
 	if err != nil {
 		if errors.Is(err, ctlfile.ErrUnknownFormat) {
 			s.comment("unsupported format flags in %q: %v", p, err)
@@ -499,7 +523,7 @@ func (s *session) job(p, host string, deliver func(*Delivery) []Result) error {
 		s.resync(p)
 		return nil
 	}
-	d := &Delivery{File: h.File, Path: p, Host: host, s: s, h: h, bodyFD: -1, direct: direct}
+	*d = Delivery{File: h.File, Path: p, Host: host, s: s, h: h, bodyFD: -1, direct: direct, ctlAt: dirfd, ctlName: name}
 	return s.run(d, deliver)
 }
 
@@ -561,28 +585,33 @@ func (s *session) deliver(d *Delivery, deliver func(*Delivery) []Result) error {
 
 // openCtl opens and parses the control file of job path p; direct says p
 // is a local, clean path that may be opened relative to dirFD.
-func (s *session) openCtl(p string, direct bool) (*ctlfile.Handle, error) {
+// It returns too the directory descriptor and name the file was opened
+// at, for reuse's check (-1 when it was opened by the whole path).
+func (s *session) openCtl(p string, direct bool) (h *ctlfile.Handle, dirfd int, name string, err error) {
 	if direct {
 		s.openDirs()
 		if s.dirFD != -1 {
 			hash := cleanHashDir(p)
-			if hd, ok := s.ctlDirs.get(s.dirFD, s.a.Dir, hash); ok {
-				h, err := ctlfile.OpenAt(hd.fd, hd.dir, p[len(hash)+1:])
+			if hd, ok := s.hashDir(&s.ctlDirs, hash); ok {
+				name := p[len(hash)+1:]
+				h, err := ctlfile.OpenAt(hd.fd, hd.dir, name)
 				if !errors.Is(err, fs.ErrNotExist) {
-					return h, err
+					return h, hd.fd, name, err
 				}
 				// The directory may have been replaced since it was
 				// opened: the whole path decides.
 				s.ctlDirs.forget(hash)
 			}
-			return ctlfile.OpenAt(s.dirFD, s.a.Dir, p)
+			h, err := ctlfile.OpenAt(s.dirFD, s.a.Dir, p)
+			return h, s.dirFD, p, err
 		}
 	}
 	ctl := p
 	if s.a.Dir != "" {
 		ctl = filepath.Join(s.a.Dir, p)
 	}
-	return ctlfile.Open(ctl)
+	h, err = ctlfile.Open(ctl)
+	return h, -1, "", err
 }
 
 // openBody opens the message file of job path p, whose control file names
@@ -592,7 +621,7 @@ func (s *session) openBody(p, id string, direct bool) (int, error) {
 		s.openDirs()
 		if s.queueFD != -1 {
 			hash := cleanHashDir(p)
-			if hd, ok := s.bodyDirs.get(s.queueFD, "", hash); ok {
+			if hd, ok := s.hashDir(&s.bodyDirs, hash); ok {
 				fd, err := s.openRead(hd.fd, id)
 				if !errors.Is(err, fs.ErrNotExist) {
 					if pe, ok := err.(*fs.PathError); ok {
@@ -623,7 +652,7 @@ func (s *session) statBody(p, id string, direct bool) error {
 		if s.queueFD != -1 {
 			dirfd, name = s.queueFD, bodyName(p, id)
 			hash := cleanHashDir(p)
-			if hd, ok := s.bodyDirs.get(s.queueFD, "", hash); ok {
+			if hd, ok := s.hashDir(&s.bodyDirs, hash); ok {
 				err := s.exists(hd.fd, id)
 				if err != unix.ENOENT {
 					if err != nil {
@@ -734,7 +763,8 @@ func openDir(dir string) int {
 // the scheduler's to free.
 func (s *session) finish(d *Delivery) {
 	if !d.resynced && !settled(d.File) {
-		k := kept{path: d.Path, h: d.h, bodyFD: d.bodyFD, bodySeen: d.bodySeen, dev: d.id.dev, ino: d.id.ino, statted: d.id.statted}
+		k := kept{path: d.Path, h: d.h, bodyFD: d.bodyFD, bodySeen: d.bodySeen, dirfd: d.ctlAt, name: d.ctlName,
+			dev: d.id.dev, ino: d.id.ino, statted: d.id.statted}
 		if d.body != nil {
 			d.body.Close()
 			d.body = nil
@@ -801,19 +831,11 @@ func (s *session) reuse() (kept, bool) {
 		k.dev, k.ino, k.statted = st.Dev, st.Ino, true
 		s.kept = k
 	}
-	if s.dirFD == -1 {
-		return kept{}, false
-	}
-	// Through the hash directory's descriptor when it is open (a
-	// directory replaced since fails the check, and the fresh open
-	// walks the whole path).
-	dirfd, name := s.dirFD, k.path
-	if hash := cleanHashDir(k.path); hash != "" {
-		if hd, ok := s.ctlDirs.fds[hash]; ok {
-			dirfd, name = hd.fd, k.path[len(hash)+1:]
-		}
-	}
-	if rawsys.Fstatat(dirfd, name, &st) != nil || st.Dev != k.dev || st.Ino != k.ino {
+	// Where the control file was opened: through its hash directory's
+	// descriptor, which stays open while the file is kept (a directory
+	// replaced since fails the check, and the fresh open walks the whole
+	// path).
+	if k.dirfd == -1 || rawsys.Fstatat(k.dirfd, k.name, &st) != nil || st.Dev != k.dev || st.Ino != k.ino {
 		return kept{}, false
 	}
 	s.kept = kept{}
@@ -847,16 +869,9 @@ type hashDir1 struct {
 // maxHashDirs bounds the descriptors a hashDirs holds.
 const maxHashDirs = 1024
 
-// get returns the open hash directory hash under base (whose path is
-// dir), opening it on first use; false when hash is "" or it cannot be
-// kept open.
-func (c *hashDirs) get(base int, dir, hash string) (hashDir1, bool) {
-	if hash == "" {
-		return hashDir1{}, false
-	}
-	if hd, ok := c.fds[hash]; ok {
-		return hd, true
-	}
+// open opens the hash directory hash under base (whose path is dir) and
+// keeps it; false when it cannot be kept open.
+func (c *hashDirs) open(base int, dir, hash string) (hashDir1, bool) {
 	if len(c.fds) >= maxHashDirs {
 		return hashDir1{}, false
 	}
@@ -872,18 +887,29 @@ func (c *hashDirs) get(base int, dir, hash string) (hashDir1, bool) {
 	return hd, true
 }
 
-// openHashDirs opens the hash directories of job path p in Dir and in
-// the queue directory that are not open yet, before the job opens its
-// files. The finished jobs' descriptors are closed first (early, which
+// hashDir returns the open hash directory hash of c (s.ctlDirs or
+// s.bodyDirs), opening it on first use, with its counterpart in the other
+// (openHashDirs); false when hash is "" or it cannot be kept open.
+func (s *session) hashDir(c *hashDirs, hash string) (hashDir1, bool) {
+	if hash == "" {
+		return hashDir1{}, false
+	}
+	if hd, ok := c.fds[hash]; ok {
+		return hd, true
+	}
+	s.openHashDirs(hash)
+	hd, ok := c.fds[hash]
+	return hd, ok
+}
+
+// openHashDirs opens the hash directory hash in Dir and in the queue
+// directory, where not open yet: when a job first needs either, before it
+// opens the control file. The finished jobs' descriptors are closed first (early, which
 // nothing depends on: see closeLater), so that the new descriptors take
 // the lowest free numbers, below every job's: a directory's descriptor
 // between two jobs' would split the runs that close_range closes in one
 // call, for the rest of the agent's life.
-func (s *session) openHashDirs(p string) {
-	hash := cleanHashDir(p)
-	if hash == "" {
-		return
-	}
+func (s *session) openHashDirs(hash string) {
 	_, ctlOpen := s.ctlDirs.fds[hash]
 	_, bodyOpen := s.bodyDirs.fds[hash]
 	if ctlOpen && bodyOpen {
@@ -892,10 +918,10 @@ func (s *session) openHashDirs(p string) {
 	s.openDirs()
 	s.closeFinished()
 	if !ctlOpen && s.dirFD != -1 {
-		s.ctlDirs.get(s.dirFD, s.a.Dir, hash)
+		s.ctlDirs.open(s.dirFD, s.a.Dir, hash)
 	}
 	if !bodyOpen && s.queueFD != -1 {
-		s.bodyDirs.get(s.queueFD, "", hash)
+		s.bodyDirs.open(s.queueFD, "", hash)
 	}
 }
 
