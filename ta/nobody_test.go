@@ -6,8 +6,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"zsched/report"
 )
@@ -116,5 +119,55 @@ func TestCleanLocal(t *testing.T) {
 		if ref(p) && cleanHashDir(p) != hashDir(p) {
 			t.Errorf("cleanHashDir(%q) = %q, want hashDir's %q", p, cleanHashDir(p), hashDir(p))
 		}
+	}
+}
+
+// TestNoBodyOpensAFIFO: a message file that is not a regular file is
+// opened by an Agent.NoBody agent too, after its locks (and Body stays
+// nil): package tacheck's lock case makes it a FIFO and sees the locks
+// while the agent waits in that open.
+func TestNoBodyOpensAFIFO(t *testing.T) {
+	dir := spool(t)
+	f := msg{name: "7", rcpts: []rcptLine{pending("smtp a.test u@a.test 0")}}.build()
+	put(t, dir, "7", f.data, false)
+	fifo := filepath.Join(dir, "..", "queue", "7")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var atOpen []byte
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0) // until a reader opens it
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		atOpen, _ = os.ReadFile(filepath.Join(dir, "7"))
+		w.Close()
+	}()
+	c := serve(t, &Agent{Channel: "smtp", Dir: dir, NoBody: true}, func(d *Delivery) []Result {
+		if d.Body() != nil || d.BodyFD() != -1 {
+			t.Errorf("Body %v, BodyFD %d: want nil and -1", d.Body(), d.BodyFD())
+		}
+		want, _ := filepath.EvalSymlinks(fifo)
+		if !slices.Contains(openFiles(t), want) {
+			t.Error("the agent delivers without the FIFO open")
+			// Release the writer.
+			if r, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
+				defer r.Close()
+			}
+		}
+		<-done // the writer has seen the control file: before the marks
+		return []Result{{Rcpt: d.Rcpts[0], Status: report.OK3, Text: "ok"}}
+	})
+	c.expect("#hungry")
+	out := c.job("7\ta.test")
+	c.end()
+	if len(out) != 1 || out[0] != fmt.Sprintf("7/%d\t\tok3 ok", f.offs[0]) {
+		t.Errorf("job: %q, want one ok3", out)
+	}
+	if want := patch(f.data, f.offs[0]+1, lockBytes(testPID)); !bytes.Equal(atOpen, want) {
+		t.Errorf("control file when the FIFO was opened:\n%q\nwant the lock:\n%q", atOpen, want)
 	}
 }

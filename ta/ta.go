@@ -121,6 +121,12 @@ type Agent struct {
 	// protocol asks an agent to check), and the open file, its close and
 	// the descriptor are spared. A null agent's choice; an agent that
 	// reads the message leaves it off.
+	//
+	// A message file that is not a regular file is opened all the same,
+	// after the locks as for any agent, and closed unread: its open may be
+	// what its writer waits for. Package tacheck's lock case makes it a
+	// FIFO that it feeds once it has seen the locks, which is how it sees
+	// them.
 	NoBody bool
 }
 
@@ -196,7 +202,7 @@ func (d *Delivery) Rcpt(i int) *ctlfile.Rcpt { return &d.File.Rcpts[i] }
 // The *os.File is made on the first call, so an agent that never reads the
 // message pays only the open and the close.
 func (d *Delivery) Body() *os.File {
-	if d.body == nil && d.bodyFD >= 0 {
+	if d.body == nil && d.bodyFD >= 0 && !d.s.a.NoBody {
 		if d.reused {
 			// Kept from the message's last job: at offset 0 again, as a
 			// fresh open would be.
@@ -214,6 +220,9 @@ func (d *Delivery) Body() *os.File {
 // offset is where the last job of the message left it. Do not close it.
 // -1 when the file is not open.
 func (d *Delivery) BodyFD() int {
+	if d.s.a.NoBody {
+		return -1
+	}
 	if d.body != nil {
 		return int(d.body.Fd())
 	}
@@ -342,9 +351,6 @@ type session struct {
 	// noCloseRange is set once close_range has failed (an old kernel, a
 	// seccomp filter): descriptors are then closed one by one.
 	noCloseRange bool
-	// noExists is set once rawsys.Exists has been refused: statBody
-	// stats from then on.
-	noExists bool
 	// noNoatime is set once an open with O_NOATIME has been refused: the
 	// agent does not own the queue's files.
 	noNoatime bool
@@ -546,7 +552,11 @@ func (s *session) run(d *Delivery, deliver func(*Delivery) []Result) error {
 	var bodyFD int
 	var err error
 	if s.a.NoBody {
-		bodyFD, err = -1, s.statBody(p, d.File.ID, d.direct)
+		var regular bool
+		bodyFD = -1
+		if regular, err = s.statBody(p, d.File.ID, d.direct); err == nil && !regular {
+			bodyFD, err = s.openBody(p, d.File.ID, d.direct)
+		}
 	} else {
 		bodyFD, err = s.openBody(p, d.File.ID, d.direct)
 	}
@@ -642,10 +652,11 @@ func (s *session) openBody(p, id string, direct bool) (int, error) {
 }
 
 // statBody is openBody for an agent that does not read the message
-// (Agent.NoBody): whether the message file is there, by a stat (see
-// exists), which spares the open file and its close. Errors are *fs.PathError naming
+// (Agent.NoBody): whether the message file is there, and a regular file,
+// by a stat, which spares the open file and its close. Errors are *fs.PathError naming
 // bodyPath.
-func (s *session) statBody(p, id string, direct bool) error {
+func (s *session) statBody(p, id string, direct bool) (regular bool, err error) {
+	var st unix.Stat_t
 	dirfd, name := unix.AT_FDCWD, ""
 	if direct {
 		s.openDirs()
@@ -653,12 +664,12 @@ func (s *session) statBody(p, id string, direct bool) error {
 			dirfd, name = s.queueFD, bodyName(p, id)
 			hash := cleanHashDir(p)
 			if hd, ok := s.hashDir(&s.bodyDirs, hash); ok {
-				err := s.exists(hd.fd, id)
+				err := rawsys.Fstatat(hd.fd, id, &st)
 				if err != unix.ENOENT {
 					if err != nil {
-						return &fs.PathError{Op: "stat", Path: s.bodyPath(p, id), Err: err}
+						return false, &fs.PathError{Op: "stat", Path: s.bodyPath(p, id), Err: err}
 					}
-					return nil
+					return st.Mode&unix.S_IFMT == unix.S_IFREG, nil
 				}
 				s.bodyDirs.forget(hash) // as in openCtl
 			}
@@ -667,25 +678,10 @@ func (s *session) statBody(p, id string, direct bool) error {
 	if dirfd == unix.AT_FDCWD {
 		name = s.bodyPath(p, id)
 	}
-	if err := s.exists(dirfd, name); err != nil {
-		return &fs.PathError{Op: "stat", Path: s.bodyPath(p, id), Err: err}
+	if err := rawsys.Fstatat(dirfd, name, &st); err != nil {
+		return false, &fs.PathError{Op: "stat", Path: s.bodyPath(p, id), Err: err}
 	}
-	return nil
-}
-
-// exists is statBody's look: rawsys.Exists, or a stat where the kernel
-// has no faccessat2 (ENOSYS), or a seccomp filter refuses it (EPERM,
-// which F_OK does not otherwise give), from then on.
-func (s *session) exists(dirfd int, name string) error {
-	if !s.noExists {
-		err := rawsys.Exists(dirfd, name)
-		if err != unix.ENOSYS && err != unix.EPERM {
-			return err
-		}
-		s.noExists = true
-	}
-	var st unix.Stat_t
-	return rawsys.Fstatat(dirfd, name, &st)
+	return st.Mode&unix.S_IFMT == unix.S_IFREG, nil
 }
 
 // bodyName is the message file of job path p, whose control file names it

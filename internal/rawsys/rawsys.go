@@ -1,6 +1,6 @@
 // Package rawsys makes the few system calls of a transport agent's job
 // without telling the Go scheduler: open, read, pread, pwrite, fstat,
-// fstatat, faccessat2, name_to_handle_at, close and close_range on local files, and
+// fstatat, name_to_handle_at, close and close_range on local files, and
 // non-blocking reads and writes on the protocol's stdio. The scheduler's
 // reads of control files use the same calls.
 //

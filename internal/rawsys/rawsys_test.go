@@ -237,39 +237,3 @@ func TestFstatAndHandles(t *testing.T) {
 	}
 	t.Logf("inode %d was not reused in 20 tries: the handles could not be compared", st.Ino)
 }
-
-// Exists finds a file and a directory relative to a directory descriptor
-// and by a long path, and says ENOENT for a missing name.
-func TestExists(t *testing.T) {
-	dir := t.TempDir()
-	long := filepath.Join(dir, strings.Repeat("d", 200), strings.Repeat("f", 100))
-	if err := os.MkdirAll(filepath.Dir(long), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{filepath.Join(dir, "short"), long} {
-		if err := os.WriteFile(p, nil, 0o000); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dfd, err := OpenCwd(dir, unix.O_PATH|unix.O_DIRECTORY)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer Close(dfd)
-	if err := Exists(dfd, "short"); err == unix.ENOSYS {
-		t.Skip("no faccessat2")
-	} else if err != nil {
-		t.Errorf("short, a mode 000 file: %v", err)
-	}
-	for _, p := range []string{long, dir} {
-		if err := Exists(unix.AT_FDCWD, p); err != nil {
-			t.Errorf("%d-byte path: %v", len(p), err)
-		}
-	}
-	if err := Exists(dfd, "missing"); err != unix.ENOENT {
-		t.Errorf("missing: %v, want ENOENT", err)
-	}
-	if err := Exists(dfd, "a\x00b"); err == nil {
-		t.Error("a path with a NUL exists")
-	}
-}
