@@ -56,7 +56,7 @@ var readBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b
 // the '@' flags are unknown, and the rest of Parse's.
 func Open(path string) (*Handle, error) {
 	h := &Handle{path: path, fd: -1}
-	if err := h.open(unix.AT_FDCWD, path); err != nil {
+	if err := h.open(unix.AT_FDCWD, path, 0); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -69,16 +69,27 @@ func Open(path string) (*Handle, error) {
 // must be a local path (filepath.IsLocal) for the two to be the same
 // file.
 func OpenAt(dirfd int, dir, name string) (*Handle, error) {
+	return OpenAtFlags(dirfd, dir, name, 0)
+}
+
+// OpenAtFlags is OpenAt with flags added to the open's O_RDWR: an agent
+// that owns the queue's files gives unix.O_NOATIME, so that its read of
+// the control file does not write the inode's access time (which relatime
+// does at the first read after every write, and a control file is written
+// by every job: on a journalling filesystem a journal update). The kernel
+// refuses O_NOATIME to a process that does not own the file (EPERM,
+// matched by errors.Is): open without it then.
+func OpenAtFlags(dirfd int, dir, name string, flags int) (*Handle, error) {
 	h := &Handle{dir: dir, name: name, fd: -1}
-	if err := h.open(dirfd, name); err != nil {
+	if err := h.open(dirfd, name, flags); err != nil {
 		return nil, err
 	}
 	return h, nil
 }
 
-// open opens name relative to dirfd into h.
-func (h *Handle) open(dirfd int, name string) error {
-	fd, err := rawsys.Open(dirfd, name, unix.O_RDWR)
+// open opens name relative to dirfd into h, with flags besides O_RDWR.
+func (h *Handle) open(dirfd int, name string, flags int) error {
+	fd, err := rawsys.Open(dirfd, name, unix.O_RDWR|flags)
 	if err != nil {
 		if pe, ok := err.(*fs.PathError); ok {
 			pe.Path = h.Path()

@@ -136,3 +136,33 @@ func TestBodyReadKeepsAtime(t *testing.T) {
 		t.Errorf("message file's access time %v after the agent read it, want %v (untouched)", atime, old)
 	}
 }
+
+// TestControlReadKeepsAtime: opening and reading the control file does not
+// update its access time either, though it was written since (relatime
+// writes the access time at the first read after a write).
+func TestControlReadKeepsAtime(t *testing.T) {
+	dir := spool(t)
+	f := msg{name: "7", rcpts: []rcptLine{pending("smtp a.test u@a.test 0"), pending("smtp b.test u@b.test 0")}}.build()
+	put(t, dir, "7", f.data, true)
+	ctl := filepath.Join(dir, "7")
+	old := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(ctl, old, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	c := serve(t, &Agent{Channel: "smtp", Dir: dir}, func(d *Delivery) []Result {
+		return []Result{{Rcpt: d.Rcpts[0], Status: report.Deferred}}
+	})
+	c.expect("#hungry")
+	c.job("7\ta.test")
+	c.send("#idle\n") // closes the file: the next job opens and reads it again
+	c.expect("#hungry")
+	c.job("7\tb.test")
+	c.end()
+	var st unix.Stat_t
+	if err := unix.Stat(ctl, &st); err != nil {
+		t.Fatal(err)
+	}
+	if atime := time.Unix(st.Atim.Unix()); !atime.Equal(old) {
+		t.Errorf("control file's access time %v after two jobs, want %v (untouched)", atime, old)
+	}
+}

@@ -604,7 +604,7 @@ func (s *session) openCtl(p string, direct bool) (h *ctlfile.Handle, dirfd int, 
 			hash := cleanHashDir(p)
 			if hd, ok := s.hashDir(&s.ctlDirs, hash); ok {
 				name := p[len(hash)+1:]
-				h, err := ctlfile.OpenAt(hd.fd, hd.dir, name)
+				h, err := s.openCtlAt(hd.fd, hd.dir, name)
 				if !errors.Is(err, fs.ErrNotExist) {
 					return h, hd.fd, name, err
 				}
@@ -612,7 +612,7 @@ func (s *session) openCtl(p string, direct bool) (h *ctlfile.Handle, dirfd int, 
 				// opened: the whole path decides.
 				s.ctlDirs.forget(hash)
 			}
-			h, err := ctlfile.OpenAt(s.dirFD, s.a.Dir, p)
+			h, err := s.openCtlAt(s.dirFD, s.a.Dir, p)
 			return h, s.dirFD, p, err
 		}
 	}
@@ -622,6 +622,21 @@ func (s *session) openCtl(p string, direct bool) (h *ctlfile.Handle, dirfd int, 
 	}
 	h, err = ctlfile.Open(ctl)
 	return h, -1, "", err
+}
+
+// openCtlAt is ctlfile.OpenAt with O_NOATIME where the kernel permits it
+// (see openRead): the control file is read at every job's open, and
+// written (locks, marks) between two reads, so that relatime would write
+// its access time at nearly every open.
+func (s *session) openCtlAt(dirfd int, dir, name string) (*ctlfile.Handle, error) {
+	if !s.noNoatime {
+		h, err := ctlfile.OpenAtFlags(dirfd, dir, name, unix.O_NOATIME)
+		if !errors.Is(err, unix.EPERM) {
+			return h, err
+		}
+		s.noNoatime = true
+	}
+	return ctlfile.OpenAt(dirfd, dir, name)
 }
 
 // openBody opens the message file of job path p, whose control file names
