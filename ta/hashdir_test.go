@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"zsched/report"
 )
 
@@ -56,5 +58,38 @@ func TestHashDirectoryReplaced(t *testing.T) {
 			}
 			c.end()
 		})
+	}
+}
+
+// TestHashDirsBounded: a hashDirs keeps at most max directories open (the
+// rest are walked by the whole path), and dirLimit leaves most of the
+// process's descriptors to the jobs.
+func TestHashDirsBounded(t *testing.T) {
+	dir := t.TempDir()
+	for _, h := range []string{"A", "B", "C"} {
+		if err := os.Mkdir(filepath.Join(dir, h), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := hashDirs{max: 2}
+	defer c.close()
+	for i, h := range []string{"A", "B", "C"} {
+		hd, ok := c.open(unix.AT_FDCWD, dir, filepath.Join(dir, h))
+		if want := i < 2; ok != want {
+			t.Errorf("open %s: %v, want %v", h, ok, want)
+		}
+		if ok && hd.fd < 0 {
+			t.Errorf("open %s: descriptor %d", h, hd.fd)
+		}
+	}
+	if len(c.fds) != 2 {
+		t.Errorf("%d directories open, want 2", len(c.fds))
+	}
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	if n := dirLimit(); n > maxHashDirs || uint64(2*n) > rl.Cur/4 {
+		t.Errorf("dirLimit %d with a limit of %d descriptors: over %d, or two of them over a quarter", n, rl.Cur, maxHashDirs)
 	}
 }

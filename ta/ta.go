@@ -383,6 +383,8 @@ type kept struct {
 
 func newSession(a *Agent) *session {
 	s := &session{a: a, pid: a.PID, now: a.Now, dirFD: -1, queueFD: -1}
+	s.ctlDirs.max = dirLimit()
+	s.bodyDirs.max = s.ctlDirs.max
 	if a.Dir == "" {
 		s.dirFD = unix.AT_FDCWD
 	}
@@ -858,7 +860,7 @@ func (s *session) reuse() (kept, bool) {
 // so that a job's open, stat and reuse check walk one name rather than
 // the whole path: each component is a dentry lookup, and the lookups
 // were the largest item in a sink's kernel time. A spool has a bounded
-// set of them (26×26 with two levels); past maxHashDirs, and where the
+// set of them (26×26 with two levels); past dirLimit, and where the
 // open fails, the whole path is walked as before.
 //
 // A descriptor follows its directory, not the name: a hash directory
@@ -868,6 +870,7 @@ func (s *session) reuse() (kept, bool) {
 // as Dir and the queue directory are.
 type hashDirs struct {
 	fds map[string]hashDir1
+	max int // the most it holds: dirLimit
 }
 
 // hashDir1 is one open hash directory: its descriptor, and its path as
@@ -880,14 +883,30 @@ type hashDir1 struct {
 // maxHashDirs bounds the descriptors a hashDirs holds.
 const maxHashDirs = 1024
 
+// dirLimit is how many hash directories each of the session's two
+// hashDirs may hold open: maxHashDirs, or an eighth of the process's
+// descriptor limit where that is less (a limit of 1024 leaves 768 for
+// the jobs, the runtime and the delivery function: a job that cannot
+// open its control file would be resynced again and again).
+func dirLimit() int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return 0
+	}
+	return int(min(uint64(maxHashDirs), rl.Cur/8))
+}
+
 // open opens the hash directory hash under base (whose path is dir) and
 // keeps it; false when it cannot be kept open.
 func (c *hashDirs) open(base int, dir, hash string) (hashDir1, bool) {
-	if len(c.fds) >= maxHashDirs {
+	if len(c.fds) >= c.max {
 		return hashDir1{}, false
 	}
 	fd, err := rawsys.Open(base, hash, unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
+		if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) {
+			c.max = len(c.fds) // no more of them
+		}
 		return hashDir1{}, false
 	}
 	if c.fds == nil {
