@@ -37,6 +37,14 @@
 // recipient of the message pending (the scheduler is about to remove it)
 // and when Serve returns; an agent thus holds at most one message's files
 // between jobs.
+//
+// Job files are opened, and the reuse check made, relative to the hash
+// directory's own descriptor ("A/B" of "A/B/12345", in transport/ and in
+// queue/), kept open from the first job that names it: one name walked
+// instead of the whole path (see hashDirs). An agent that never reads the
+// message (Agent.NoBody, the sink) learns that the message file is there
+// with a stat rather than an open. Control files and message files are
+// opened with O_NOATIME where the kernel permits it.
 package ta
 
 import (
