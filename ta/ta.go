@@ -156,7 +156,9 @@ type Result struct {
 
 // Delivery is one job: the recipients of one control file that this agent
 // locked for one host. The delivery function may read the message from Body
-// and may Report results as they happen; it returns the rest.
+// and may Report results as they happen; it returns the rest. Serve uses
+// the same Delivery for the next job: keep nothing of it (Rcpts included)
+// once the delivery function has returned.
 type Delivery struct {
 	File  *ctlfile.File
 	Path  string // the job path as the scheduler sent it, e.g. "A/12345"
