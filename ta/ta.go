@@ -614,7 +614,7 @@ func (s *session) openCtl(p string, direct bool) (h *ctlfile.Handle, dirfd int, 
 		s.openDirs()
 		if s.dirFD != -1 {
 			hash := cleanHashDir(p)
-			if hd, ok := s.hashDir(&s.ctlDirs, hash); ok {
+			if hd, ok := s.dirOf(&s.ctlDirs, hash); ok {
 				name := p[len(hash)+1:]
 				h, err := s.openCtlAt(hd.fd, hd.dir, name)
 				if !errors.Is(err, fs.ErrNotExist) {
@@ -658,7 +658,7 @@ func (s *session) openBody(p, id string, direct bool) (int, error) {
 		s.openDirs()
 		if s.queueFD != -1 {
 			hash := cleanHashDir(p)
-			if hd, ok := s.hashDir(&s.bodyDirs, hash); ok {
+			if hd, ok := s.dirOf(&s.bodyDirs, hash); ok {
 				fd, err := s.openRead(hd.fd, id)
 				if !errors.Is(err, fs.ErrNotExist) {
 					if pe, ok := err.(*fs.PathError); ok {
@@ -680,8 +680,8 @@ func (s *session) openBody(p, id string, direct bool) (int, error) {
 
 // statBody is openBody for an agent that does not read the message
 // (Agent.NoBody): whether the message file is there, and a regular file,
-// by a stat, which spares the open file and its close. Errors are *fs.PathError naming
-// bodyPath.
+// by a stat, which spares the open file and its close. Errors are
+// *fs.PathError naming bodyPath.
 func (s *session) statBody(p, id string, direct bool) (regular bool, err error) {
 	var st unix.Stat_t
 	dirfd, name := unix.AT_FDCWD, ""
@@ -690,7 +690,7 @@ func (s *session) statBody(p, id string, direct bool) (regular bool, err error) 
 		if s.queueFD != -1 {
 			dirfd, name = s.queueFD, bodyName(p, id)
 			hash := cleanHashDir(p)
-			if hd, ok := s.hashDir(&s.bodyDirs, hash); ok {
+			if hd, ok := s.dirOf(&s.bodyDirs, hash); ok {
 				err := rawsys.Fstatat(hd.fd, id, &st)
 				if err != unix.ENOENT {
 					if err != nil {
@@ -877,7 +877,10 @@ func (s *session) reuse() (kept, bool) {
 // removed and made again leaves the cached one empty, so a file not found
 // through it is looked for by the whole path before the answer counts
 // (forget). One renamed away while its files stay in it is still used,
-// as Dir and the queue directory are.
+// for opens and for the reuse check, as Dir and the queue directory are:
+// nothing renames hash directories (the scheduler and ZMailer's router
+// rename files into them); a file renamed over another in its directory
+// is seen.
 type hashDirs struct {
 	fds map[string]hashDir1
 	max int // the most it holds: dirLimit
@@ -927,10 +930,10 @@ func (c *hashDirs) open(base int, dir, hash string) (hashDir1, bool) {
 	return hd, true
 }
 
-// hashDir returns the open hash directory hash of c (s.ctlDirs or
+// dirOf returns the open hash directory hash of c (s.ctlDirs or
 // s.bodyDirs), opening it on first use, with its counterpart in the other
 // (openHashDirs); false when hash is "" or it cannot be kept open.
-func (s *session) hashDir(c *hashDirs, hash string) (hashDir1, bool) {
+func (s *session) dirOf(c *hashDirs, hash string) (hashDir1, bool) {
 	if hash == "" {
 		return hashDir1{}, false
 	}
@@ -944,11 +947,11 @@ func (s *session) hashDir(c *hashDirs, hash string) (hashDir1, bool) {
 
 // openHashDirs opens the hash directory hash in Dir and in the queue
 // directory, where not open yet: when a job first needs either, before it
-// opens the control file. The finished jobs' descriptors are closed first (early, which
-// nothing depends on: see closeLater), so that the new descriptors take
-// the lowest free numbers, below every job's: a directory's descriptor
-// between two jobs' would split the runs that close_range closes in one
-// call, for the rest of the agent's life.
+// opens the control file. The finished jobs' descriptors are closed first
+// (early, which nothing depends on: see closeLater), so that the new
+// descriptors take the lowest free numbers, below every job's: a
+// directory's descriptor between two jobs' would split the runs that
+// close_range closes in one call, for the rest of the agent's life.
 func (s *session) openHashDirs(hash string) {
 	_, ctlOpen := s.ctlDirs.fds[hash]
 	_, bodyOpen := s.bodyDirs.fds[hash]
