@@ -62,14 +62,17 @@ type VertexView struct {
 
 // Why is the reason a vertex waits, with the time it ends when known.
 type Why struct {
-	Reason  Reason
-	Until   time.Time // end of a retry, back-off or dead period
-	Agent   int       // the agent, for ReasonRunning
-	Busy    int       // agents on the destination, for ReasonWindow
-	Window  int       // the destination's window, for ReasonWindow
-	Ceiling int       // its learned ceiling, for ReasonWindow; 0 = none
-	Limit   int       // the limit's value, for the limit reasons
-	Text    string    // the failure, for ReasonTransport
+	Reason Reason
+	Until  time.Time // end of a retry, back-off or dead period
+	Agent  int       // the agent, for ReasonRunning
+	Busy   int       // sessions on the destination, for ReasonWindow
+	// Borrowed is how many of Busy are jobs fed to agents attached to
+	// other destinations (feed = "message"), for ReasonWindow.
+	Borrowed int
+	Window   int    // the destination's window, for ReasonWindow
+	Ceiling  int    // its learned ceiling, for ReasonWindow; 0 = none
+	Limit    int    // the limit's value, for the limit reasons
+	Text     string // the failure, for ReasonTransport
 	// Cluster is the shared window as the book last answered, for
 	// ReasonCluster.
 	Cluster *ClusterView
@@ -90,10 +93,17 @@ func (w Why) String() string {
 	case ReasonDead:
 		return "destination dead (failed cohorts over the limit); next probe at " + at(w.Until)
 	case ReasonWindow:
-		if w.Ceiling > 0 {
-			return fmt.Sprintf("destination concurrency window full: %d of %d agents busy (learned ceiling %d)", w.Busy, w.Window, w.Ceiling)
+		// Without borrowed jobs every session is an agent of the
+		// destination; with them, saying "agents" would have the operator
+		// look for agents the thread does not have.
+		busy := fmt.Sprintf("%d of %d agents busy", w.Busy, w.Window)
+		if w.Borrowed > 0 {
+			busy = fmt.Sprintf("%d of %d sessions busy, %d of them jobs borrowed by agents of other destinations", w.Busy, w.Window, w.Borrowed)
 		}
-		return fmt.Sprintf("destination concurrency window full: %d of %d agents busy", w.Busy, w.Window)
+		if w.Ceiling > 0 {
+			return fmt.Sprintf("destination concurrency window full: %s (learned ceiling %d)", busy, w.Ceiling)
+		}
+		return "destination concurrency window full: " + busy
 	case ReasonMaxRing:
 		return fmt.Sprintf("waiting for an agent: the ring is at maxring %d", w.Limit)
 	case ReasonMaxTA:
@@ -162,7 +172,7 @@ func (s *Core) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
 	}
 	if lim := t.Window.Limit(); t.Busy >= lim {
 		c, _ := t.Window.LearnedCeiling(now)
-		return Why{Reason: ReasonWindow, Busy: t.Busy, Window: lim, Ceiling: c}
+		return Why{Reason: ReasonWindow, Busy: t.Busy, Borrowed: s.borrowedOn(t), Window: lim, Ceiling: c}
 	}
 	if !t.Wants(now) {
 		return Why{Reason: ReasonDue}
