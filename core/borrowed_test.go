@@ -1,6 +1,8 @@
 package core_test
 
 import (
+	"fmt"
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"zsched/core"
 	"zsched/report"
 	"zsched/sim"
+	"zsched/window"
 )
 
 // slowSink delivers every recipient after 10 s: jobs stay in flight long
@@ -100,5 +103,134 @@ slow_start = false
 	}
 	if g := s.Core.Gauges(s.Now, 10); g.Borrowed != 0 {
 		t.Errorf("after the drain: %d borrowed sessions, want 0", g.Borrowed)
+	}
+}
+
+// faulty answers jobs as agents under trouble do, by rng: most deliver
+// after up to 3 s, some defer a recipient, some fail the site, some crash
+// (exit with the job outstanding), some hang (killed at jobtimeout).
+func faulty(rng *rand.Rand) sim.Behavior {
+	return func(j sim.Job) sim.Response {
+		st := make([]report.Status, len(j.Rcpts))
+		r := sim.Response{Status: st, Delay: time.Duration(rng.Intn(3000)) * time.Millisecond}
+		for i := range st {
+			st[i] = report.OK3
+		}
+		switch p := rng.Intn(100); {
+		case p < 10:
+			st[0] = report.Deferred
+		case p < 15:
+			for i := range st {
+				st[i] = report.DeferAll
+			}
+		case p < 19:
+			r.Crash, r.Status = true, nil
+		case p < 22:
+			r.Hang = true
+		}
+		return r
+	}
+}
+
+// TestBorrowedJobsHoldLeases: two nodes with feed = "message" share their
+// destinations' windows (2 sessions) on one board. Each job an agent
+// borrows on another destination holds a lease of its own: after every
+// event, each node holds exactly one lease per session in progress on a
+// destination (its agents and its borrowed jobs), so no path leaves one
+// behind (job end, site failure, crash, jobtimeout kill), and the
+// sessions of both nodes on a destination never exceed the shared window.
+// Every lease is back once the queues drain.
+func TestBorrowedJobsHoldLeases(t *testing.T) {
+	cfg, err := parseConfig(`
+[[clause]]
+select = "smtp/*"
+command = "sink -c smtp"
+feed = "message"
+maxring = 3
+overfeed = 2
+maxthr = 2
+slow_start = false
+interval = "1m"
+retries = [1, 2]
+jobtimeout = "2m"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const shared = 2
+	for seed := int64(1); seed <= 4; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		ns := []*sim.Sim{sim.New(cfg, faulty(rng), seed), sim.New(cfg, faulty(rng), seed+100)}
+		c := sim.NewCluster(ns)
+		board := window.NewBoard(30 * time.Second)
+		nodes := []*window.Node{board.Node("mx1"), board.Node("mx2")}
+		c.Share([]window.Book{nodes[0], nodes[1]}, 10*time.Second)
+		for k, s := range ns {
+			s.Check = true
+			for i := range 80 {
+				var to []string
+				for j := range 1 + i%4 {
+					to = append(to, fmt.Sprintf("smtp/d%d.test/n%du%d.%d", (i+2*j)%6, k, i, j))
+				}
+				s.Enqueue(to...)
+			}
+		}
+		borrowed, kills := 0, int64(0)
+		for c.Step() {
+			if err := c.Err(); err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+			sessions := map[string]int{}
+			for i, s := range ns {
+				g := s.Core.Gauges(c.Now, 1000)
+				borrowed = max(borrowed, g.Borrowed)
+				for _, w := range g.Busiest {
+					sessions[w.Host] += w.Busy
+					st, _ := nodes[i].State(window.Dest{Channel: w.Channel, Host: w.Host}, c.Now)
+					if st.Mine != w.Busy {
+						t.Fatalf("seed %d, %v: node %d holds %d leases on %s for %d sessions (%d borrowed)",
+							seed, c.Now.Sub(sim.Epoch), i, st.Mine, w.Host, w.Busy, w.Borrowed)
+					}
+				}
+			}
+			for h, n := range sessions {
+				if n > shared {
+					t.Fatalf("seed %d, %v: %d sessions on %s across the nodes, over the shared window of %d", seed, c.Now.Sub(sim.Epoch), n, h, shared)
+				}
+			}
+			if c.Now.Sub(sim.Epoch) > 24*time.Hour {
+				t.Fatalf("seed %d: still running after a day", seed)
+			}
+		}
+		for i, s := range ns {
+			if p := s.Pending(); len(p) > 0 {
+				t.Errorf("seed %d: node %d left %d recipients, e.g. %s", seed, i, len(p), p[0])
+			}
+			kills += s.Core.Counters().Killed
+			for d := range 6 {
+				if st, ok := nodes[i].State(window.Dest{Channel: "smtp", Host: fmt.Sprintf("d%d.test", d)}, c.Now); ok && st.Mine != 0 {
+					t.Errorf("seed %d: node %d still holds %d leases on d%d.test", seed, i, st.Mine, d)
+				}
+			}
+		}
+		t.Logf("seed %d: drained at %v; up to %d borrowed sessions at once, %d agents killed", seed, c.Now.Sub(sim.Epoch), borrowed, kills)
+		if borrowed == 0 {
+			t.Errorf("seed %d: no job was ever borrowed: the test shows nothing", seed)
+		}
+	}
+}
+
+// TestWhyClusterCountsBorrowed: the cluster's full window, with this
+// node's sessions partly borrowed jobs, says how many.
+func TestWhyClusterCountsBorrowed(t *testing.T) {
+	w := core.Why{Reason: core.ReasonCluster, Cluster: &core.ClusterView{Window: 3, Leases: 3, Mine: 2, Nodes: 2, Borrowed: 1,
+		ByNode: []window.NodeLeases{{Node: "mx1", Leases: 2}, {Node: "mx2", Leases: 1}}}}
+	const want = "the cluster's shared window is full: 3 of 3 sessions busy on 2 nodes (2 on this node, 1 of them jobs borrowed by agents of other destinations; by node: mx1 2, mx2 1)"
+	if got := w.String(); got != want {
+		t.Errorf("WHY %q, want %q", got, want)
+	}
+	w.Cluster.Borrowed = 0
+	if got := w.String(); strings.Contains(got, "borrowed") {
+		t.Errorf("WHY without borrowed jobs %q", got)
 	}
 }

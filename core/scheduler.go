@@ -74,6 +74,9 @@ type entry struct {
 	// sessions (its Busy) until it ends or its agent is killed; nil
 	// when none is held.
 	borrowed *thread.Thread
+	// lease is the borrowed session's hold on its thread's window in the
+	// book (book.go), 0 without a book.
+	lease window.Lease
 }
 
 type deferral struct {

@@ -149,7 +149,7 @@ func (s *Core) Rings(now time.Time) []RingView {
 		}
 		rv := view(r)
 		tv := s.threadView(t, now, attached[t])
-		tv.Borrowed = borrowed[t]
+		tv.setBorrowed(borrowed[t])
 		rv.Threads = append(rv.Threads, tv)
 	}
 	res := make([]RingView, 0, len(byRing))
@@ -226,8 +226,17 @@ func (s *Core) Thread(now time.Time, channel, host string) (ThreadView, bool) {
 		return ThreadView{}, false
 	}
 	tv := s.threadView(t, now, s.attachedAgents()[t])
-	tv.Borrowed = s.borrowedOn(t)
+	tv.setBorrowed(s.borrowedOn(t))
 	return tv, true
+}
+
+// setBorrowed sets the borrowed sessions of the thread's view, and of its
+// cluster view.
+func (tv *ThreadView) setBorrowed(n int) {
+	tv.Borrowed = n
+	if tv.Cluster != nil {
+		tv.Cluster.Borrowed = n
+	}
 }
 
 // findThread returns the thread of (channel, host) under the clause that

@@ -136,6 +136,9 @@ func (w Why) String() string {
 		}
 		txt := fmt.Sprintf("the cluster's shared window is full: %d of %d sessions busy on %d nodes (%d on this node",
 			c.Leases, c.Window, c.Nodes, c.Mine)
+		if c.Borrowed > 0 {
+			txt += fmt.Sprintf(", %d of them jobs borrowed by agents of other destinations", c.Borrowed)
+		}
 		if by := c.Sessions(); by != "" {
 			txt += "; by node: " + by
 		}
@@ -168,7 +171,11 @@ func (s *Core) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
 		return Why{Reason: ReasonRetry, Until: v.Due()}
 	}
 	if t.Asking {
-		return Why{Reason: ReasonCluster, Cluster: s.clusterView(t)}
+		c := s.clusterView(t)
+		if c != nil {
+			c.Borrowed = s.borrowedOn(t)
+		}
+		return Why{Reason: ReasonCluster, Cluster: c}
 	}
 	if lim := t.Window.Limit(); t.Busy >= lim {
 		c, _ := t.Window.LearnedCeiling(now)
