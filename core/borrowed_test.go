@@ -234,3 +234,122 @@ func TestWhyClusterCountsBorrowed(t *testing.T) {
 		t.Errorf("WHY without borrowed jobs %q", got)
 	}
 }
+
+// lateBook answers as a Redis book does: later. It hands its node's
+// requests to a board node at once but holds the answers (and the Free
+// events the board leaves for it) until the test delivers them.
+type lateBook struct {
+	node *window.Node
+	held []window.Event
+}
+
+func (b *lateBook) Do(now time.Time, reqs []window.Request) []window.Event {
+	b.held = append(b.held, b.node.Do(now, reqs)...)
+	return nil
+}
+
+func (b *lateBook) take() []window.Event {
+	evs := b.held
+	b.held = nil
+	return evs
+}
+
+// TestBorrowedLeasesAnsweredLate: TestBorrowedJobsHoldLeases with books
+// that answer at the next event of the cluster, after the simulated clock
+// moved on, as a node's requests to Redis are answered on the loop's next
+// turn. A lease asked for a borrowed job comes when the agent may have
+// been fed other work: it is offered to that agent first, else to the
+// ring. The sessions of both nodes on a destination never exceed the
+// shared window (the board counts every lease, granted ones no agent took
+// yet included), the core's invariants hold after every event (a late
+// answer saying dead until a time already past included), jobs are
+// borrowed, and every lease is back at the end.
+func TestBorrowedLeasesAnsweredLate(t *testing.T) {
+	cfg, err := parseConfig(`
+[[clause]]
+select = "smtp/*"
+command = "sink -c smtp"
+feed = "message"
+maxring = 3
+overfeed = 2
+maxthr = 2
+slow_start = false
+interval = "1m"
+retries = [1, 2]
+jobtimeout = "2m"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const shared, dests = 2, 6
+	for seed := int64(1); seed <= 4; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		ns := []*sim.Sim{sim.New(cfg, faulty(rng), seed), sim.New(cfg, faulty(rng), seed+100)}
+		c := sim.NewCluster(ns)
+		board := window.NewBoard(time.Hour)
+		books := []*lateBook{{node: board.Node("mx1")}, {node: board.Node("mx2")}}
+		c.Share([]window.Book{books[0], books[1]}, 10*time.Minute)
+		for k, s := range ns {
+			s.Check = true
+			for i := range 80 {
+				var to []string
+				for j := range 1 + i%4 {
+					to = append(to, fmt.Sprintf("smtp/d%d.test/n%du%d.%d", (i+2*j)%dests, k, i, j))
+				}
+				s.Enqueue(to...)
+			}
+		}
+		borrowed := 0
+		for ns[0].Core.Messages()+ns[1].Core.Messages() > 0 {
+			late := [][]window.Event{books[0].take(), books[1].take()}
+			stepped := c.Step()
+			delivered := false
+			for i, evs := range late {
+				if len(evs) > 0 {
+					s := ns[i]
+					s.Do(func(now time.Time) { s.Core.Window(now, evs) })
+					delivered = true
+				}
+			}
+			if !stepped && !delivered && len(books[0].held)+len(books[1].held) == 0 {
+				t.Fatalf("seed %d: the cluster stopped with messages left", seed)
+			}
+			if err := c.Err(); err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+			sessions := map[string]int{}
+			for _, s := range ns {
+				g := s.Core.Gauges(c.Now, 1000)
+				borrowed = max(borrowed, g.Borrowed)
+				for _, w := range g.Busiest {
+					sessions[w.Host] += w.Busy
+				}
+			}
+			for h, n := range sessions {
+				st, _ := books[0].node.State(window.Dest{Channel: "smtp", Host: h}, c.Now)
+				if n > shared || n > st.Leases {
+					t.Fatalf("seed %d, %v: %d sessions on %s across the nodes, %d leases, shared window %d", seed, c.Now.Sub(sim.Epoch), n, h, st.Leases, shared)
+				}
+			}
+			if c.Now.Sub(sim.Epoch) > 24*time.Hour {
+				t.Fatalf("seed %d: still running after a day", seed)
+			}
+		}
+		// The last releases' Free events, if any.
+		for i, b := range books {
+			if evs := b.take(); len(evs) > 0 {
+				s := ns[i]
+				s.Do(func(now time.Time) { s.Core.Window(now, evs) })
+			}
+		}
+		for d := range dests {
+			if st, ok := books[0].node.State(window.Dest{Channel: "smtp", Host: fmt.Sprintf("d%d.test", d)}, c.Now); ok && st.Leases != 0 {
+				t.Errorf("seed %d: %d leases left on d%d.test", seed, st.Leases, d)
+			}
+		}
+		t.Logf("seed %d: drained at %v, up to %d borrowed sessions at once", seed, c.Now.Sub(sim.Epoch), borrowed)
+		if borrowed == 0 {
+			t.Errorf("seed %d: no job was ever borrowed", seed)
+		}
+	}
+}
