@@ -12,7 +12,8 @@ import (
 
 // The windows' book (package window, DESIGN §13). With [cluster] a
 // destination's window lives in a store shared by several nodes: a session
-// starts only when the book grants it a lease (one per attached agent), a
+// starts only when the book grants it a lease (one per attached agent, and
+// one per job an agent borrows there with feed = "message"), a
 // judged delivery is reported to it, and its answers come back as events
 // (Window), now or later. The thread's Window then mirrors the book's last
 // answer, for Wants, the views and the state file. Without a book (UseBook
@@ -23,7 +24,8 @@ import (
 // a time (the thread is Asking meanwhile and wants no agent); a Denied
 // thread waits for a Free event or its Retry time; a granted lease no
 // agent could take is released at once; an agent's lease is released when
-// it leaves the thread; while a site failure reported on the destination
+// it leaves the thread, a borrowed job's when the job ends or its agent is
+// killed or exits (giveBack); while a site failure reported on the destination
 // is unanswered, no agent takes a new job there and the thread asks for no
 // session (seat.failing).
 
