@@ -44,7 +44,7 @@ slow_start = false
 	}
 	s := sim.New(cfg, slowSink, 1)
 	s.Check = true
-	s.Enqueue("smtp/a.test/u", "smtp/b.test/u")
+	first := s.Enqueue("smtp/a.test/u", "smtp/b.test/u")
 	waiting := s.Enqueue("smtp/b.test/v")
 	var tv core.ThreadView
 	found := false
@@ -83,6 +83,18 @@ slow_start = false
 	for _, w := range g.Busiest {
 		if w.Host == "b.test" && (w.Busy != 1 || w.Borrowed != 1) {
 			t.Errorf("busiest: b.test busy %d borrowed %d, want 1 and 1", w.Busy, w.Borrowed)
+		}
+	}
+	fv, err := s.Core.Message(s.Now, first.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range fv.Vertices {
+		if v.Host == "b.test" {
+			const want = "being delivered by agent 1, attached to a.test, on a session of this destination it borrowed"
+			if got := v.Why.String(); got != want {
+				t.Errorf("WHY b.test/u: %q, want %q", got, want)
+			}
 		}
 	}
 	mv, err := s.Core.Message(s.Now, waiting.Path)

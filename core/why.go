@@ -65,7 +65,11 @@ type Why struct {
 	Reason Reason
 	Until  time.Time // end of a retry, back-off or dead period
 	Agent  int       // the agent, for ReasonRunning
-	Busy   int       // sessions on the destination, for ReasonWindow
+	// Via is, for ReasonRunning, the destination the agent is attached
+	// to when its job borrows a session of this one (feed = "message");
+	// "" when the job is its own thread's.
+	Via  string
+	Busy int // sessions on the destination, for ReasonWindow
 	// Borrowed is how many of Busy are jobs fed to agents attached to
 	// other destinations (feed = "message"), for ReasonWindow.
 	Borrowed int
@@ -85,7 +89,7 @@ func (w Why) String() string {
 	case ReasonDue:
 		return "due: next in line on its destination's agents"
 	case ReasonRunning:
-		return "being delivered by agent " + strconv.Itoa(w.Agent)
+		return "being delivered by agent " + strconv.Itoa(w.Agent) + w.Borrowing()
 	case ReasonRetry:
 		return "deferred: its own retry time is " + at(w.Until)
 	case ReasonBackoff:
@@ -151,10 +155,27 @@ func (w Why) String() string {
 	return w.Reason.String()
 }
 
+// Borrowing says, for a running job that borrows a session of its
+// destination, which destination its agent is attached to; "" otherwise.
+func (w Why) Borrowing() string {
+	if w.Reason != ReasonRunning || w.Via == "" {
+		return ""
+	}
+	return ", attached to " + w.Via + ", on a session of this destination it borrowed"
+}
+
 func (s *Core) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
 	switch {
 	case v.Agent != 0:
-		return Why{Reason: ReasonRunning, Agent: v.Agent}
+		w := Why{Reason: ReasonRunning, Agent: v.Agent}
+		if a := s.agents[v.Agent]; a != nil {
+			for i := range a.fifo {
+				if a.fifo[i].v == v && a.fifo[i].borrowed != nil {
+					w.Via = a.host
+				}
+			}
+		}
+		return w
 	case v.Clause < 0 || t == nil:
 		return Why{Reason: ReasonUnrouted}
 	case v.Msg.Held:
