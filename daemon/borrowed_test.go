@@ -23,7 +23,7 @@ overfeed = 1
 maxthr = 1
 slow_start = false
 `)
-	e.enqueue("smtp/a.test/u1@a.test", "smtp/b.test/u2@b.test")
+	first := e.enqueue("smtp/a.test/u1@a.test", "smtp/b.test/u2@b.test")
 	var q Queue
 	var tb QueueThread
 	e.waitFor("b.test's session borrowed by the agent of a.test", func() bool {
@@ -37,6 +37,18 @@ slow_start = false
 	}
 	if len(q.Agents) != 1 || q.Agents[0].Jobs != 2 || q.Agents[0].Borrowed != 1 {
 		t.Fatalf("agents %+v, want one with 2 jobs, 1 borrowed", q.Agents)
+	}
+	whys := e.why(first)
+	if len(whys) != 2 || !strings.HasPrefix(whys[1], "running: being delivered by agent ") ||
+		!strings.Contains(whys[1], ", attached to a.test, on a session of this destination it borrowed (pid ") ||
+		strings.Contains(whys[0], "borrowed") {
+		t.Errorf("WHY of the message: %q, want b.test's recipient running on a session its agent of a.test borrowed", whys)
+	}
+	// `scheduler queue` says the same of the in-flight recipient.
+	listing := strings.Join(e.ok("SHOW QUEUE MESSAGES").Lines, "\n")
+	if !strings.Contains(listing, "u2@b.test\tin flight\tattempts=1\t(being delivered by pid ") ||
+		!strings.Contains(listing, ", attached to a.test, on a session of this destination it borrowed)") {
+		t.Errorf("SHOW QUEUE MESSAGES:\n%s\nwant u2@b.test in flight on a session its agent of a.test borrowed", listing)
 	}
 	waiting := e.enqueue("smtp/b.test/u3@b.test")
 	got := e.waitWhy(waiting, "window")
