@@ -329,6 +329,7 @@ func (s *Core) feedPeer(a *agent, now time.Time) bool {
 		s.orderFed(a.ring, v, now)
 		s.job(a, v, t, t, now)
 		a.fifo[len(a.fifo)-1].lease = l
+		s.borrowed++
 		a.ring.Update(t, now)
 		s.agenda.SetWake(t, t.NextWake(now))
 		a.peerAt = i + 1
@@ -355,6 +356,7 @@ func (s *Core) giveBack(e *entry, now time.Time) {
 	}
 	e.borrowed = nil
 	t.Busy--
+	s.borrowed--
 	if l := e.lease; l != 0 {
 		e.lease = 0
 		s.release(s.seatOf(t), l, now)

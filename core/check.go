@@ -34,6 +34,7 @@ func (s *Core) Check(now time.Time) error {
 		leases[l] = true
 		return nil
 	}
+	borrowed := 0 // jobs holding a session of another thread than their agent's
 	for _, st := range s.seats {
 		for _, l := range st.spare {
 			if err := holds(l, "spare of "+st.dest.Channel+"/"+st.dest.Host); err != nil {
@@ -56,6 +57,7 @@ func (s *Core) Check(now time.Time) error {
 					return fmt.Errorf("agent %d (killed %v) holds a session of %s/%s it may not", id, a.killed, e.borrowed.Channel, e.borrowed.Host)
 				}
 				sessions[e.borrowed]++
+				borrowed++
 				// With a book, a borrowed session is the cluster's only
 				// with its lease (borrowLease); without one, it has none.
 				if (e.lease != 0) != (s.book != nil) {
@@ -92,6 +94,9 @@ func (s *Core) Check(now time.Time) error {
 		if t := s.threads[thread.Key{Clause: rt.clause, Channel: k[0], Host: k[1]}]; t != rt.thread {
 			return fmt.Errorf("route %s/%s keeps a thread that is not its thread in core", k[0], k[1])
 		}
+	}
+	if borrowed != s.borrowed {
+		return fmt.Errorf("%d borrowed jobs, the count says %d", borrowed, s.borrowed)
 	}
 	if len(s.agents) != s.total {
 		return fmt.Errorf("%d agents, total says %d", len(s.agents), s.total)

@@ -187,6 +187,11 @@ type Core struct {
 	book       window.Book
 	seats      map[window.Dest]*seat
 	retrySeats []*seat // denied seats with a retry time, in denial order
+
+	// borrowed counts the jobs that hold a session of another thread than
+	// their agent's (entry.borrowed, feed = "message"): the views walk the
+	// agents for them only when there are any.
+	borrowed int
 }
 
 // Counters are the scheduler's running totals.

@@ -196,6 +196,9 @@ func (s *Core) attachedAgents() map[*thread.Thread][]int {
 // agents, and the feed's hot path keeps no count for them.
 func (s *Core) borrowedSessions() map[*thread.Thread]int {
 	m := make(map[*thread.Thread]int)
+	if s.borrowed == 0 {
+		return m
+	}
 	for _, a := range s.agents {
 		for i := range a.fifo {
 			if t := a.fifo[i].borrowed; t != nil {
@@ -209,6 +212,9 @@ func (s *Core) borrowedSessions() map[*thread.Thread]int {
 // borrowedOn counts the sessions of t held by borrowed jobs.
 func (s *Core) borrowedOn(t *thread.Thread) int {
 	n := 0
+	if s.borrowed == 0 {
+		return 0
+	}
 	for _, a := range s.agents {
 		for i := range a.fifo {
 			if a.fifo[i].borrowed == t {
@@ -379,9 +385,7 @@ func (s *Core) Gauges(now time.Time, n int) Gauges {
 	}
 	all := make([]DestWindow, 0, len(s.threads))
 	borrowed := s.borrowedSessions()
-	for _, n := range borrowed {
-		g.Borrowed += n
-	}
+	g.Borrowed = s.borrowed
 	for _, t := range s.threads {
 		g.Vertices += t.Vertices()
 		g.Recipients += t.Recipients()
