@@ -23,11 +23,12 @@ import (
 // The contract with the book, per destination: one Acquire outstanding at
 // a time (the thread is Asking meanwhile and wants no agent); a Denied
 // thread waits for a Free event or its Retry time; a granted lease no
-// agent could take is released at once; an agent's lease is released when
-// it leaves the thread, a borrowed job's when the job ends or its agent is
-// killed or exits (giveBack); while a site failure reported on the destination
-// is unanswered, no agent takes a new job there and the thread asks for no
-// session (seat.failing).
+// agent could take is released at once (one asked for a borrowed job is
+// offered to its agent first: lend); an agent's lease is released when it
+// leaves the thread, a borrowed job's when the job ends or its agent is
+// killed or exits (giveBack); while a site failure reported on the
+// destination is unanswered, no agent takes a new job there and the thread
+// asks for no session (seat.failing).
 
 // seat is the core's side of one destination's conversation with its book.
 type seat struct {
