@@ -60,14 +60,6 @@ select = "smtp/*"
 command = "smtp -h $host"
 feed = "message" #<-
 `, "clause.feed", "not host-bound"},
-		{"feed message with a cluster", head + `
-[[clause]]
-select = "smtp/*"
-command = "smtp"
-feed = "message" #<-
-[cluster]
-redis = "redis://127.0.0.1:6379/0"
-`, "clause.feed", "not supported with [cluster]"},
 		{"feed word", head + `
 [[clause]]
 select = "smtp/*"
@@ -579,6 +571,20 @@ prefix = "mail:"
 	}
 	if e := c.ClusterErrorf("lease", "x"); e.Key != "cluster.lease" || e.Line != 3 { // no lease: the header's line
 		t.Errorf("ClusterErrorf: %+v", e)
+	}
+	// A borrowed job (feed = "message") takes a lease of its own on its
+	// destination's shared window (core/book.go, borrowLease): the key is
+	// allowed with [cluster].
+	c, err = Parse("scheduler.toml", []byte(head+`
+[[clause]]
+select = "smtp/*"
+command = "smtp"
+feed = "message"
+[cluster]
+redis = "redis://127.0.0.1:6379/0"
+`))
+	if err != nil || c.Cluster == nil || c.Clauses[len(c.Clauses)-1].Feed != FeedMessage {
+		t.Fatalf(`feed = "message" with [cluster]: %v`, err)
 	}
 }
 

@@ -135,13 +135,6 @@ func parse(name, dir string, data []byte) (*Config, error) {
 		} else {
 			p.errorf(p.lines.top("cluster"), "cluster", "must be a table ([cluster]), not %s", tomlType(v))
 		}
-		for i := range c.Clauses {
-			if c.Clauses[i].Feed == FeedMessage {
-				// A borrowed job would hold a session on its destination
-				// without a lease from the shared book.
-				p.errorf(c.clauseLines[i].line("feed"), "clause.feed", "%q is not supported with [cluster]: the shared windows lease one session per agent", FeedMessage)
-			}
-		}
 	}
 
 	if len(p.errs) > 0 {

@@ -13,6 +13,7 @@ import (
 	"zsched/ring"
 	"zsched/thread"
 	"zsched/vertex"
+	"zsched/window"
 )
 
 // serve gives agents to the ring's wanting threads, best first, until none
@@ -266,18 +267,18 @@ func (s *Core) job(a *agent, v *vertex.Vertex, t, borrowed *thread.Thread, now t
 }
 
 // feedsPeers reports whether a is fed its messages' peers (feed =
-// "message"). Never for a host-bound ring, whose agents serve one host,
-// nor with a book, which leases one session per agent (config refuses
-// both; a clause built by hand may not).
+// "message"). Never for a host-bound ring, whose agents serve one host
+// (config refuses it; a clause built by hand may not).
 func (s *Core) feedsPeers(a *agent) bool {
-	return s.clause(a.clause).Feed == config.FeedMessage && !a.ring.HostBound() && s.book == nil
+	return s.clause(a.clause).Feed == config.FeedMessage && !a.ring.HostBound()
 }
 
 // feedPeer feeds a the first vertex of a.peers, the message a was last
 // fed, that its own thread would let an agent take now: in a's ring,
 // ready, on a thread that is startable, not asking its book and has a
-// session free in its window. The job borrows that session (entry.borrowed)
-// unless the thread is a's own. It reports whether one was fed. a.peers
+// session free in its window (with a book: a lease granted for it,
+// borrowLease). The job borrows that session (entry.borrowed) unless the
+// thread is a's own. It reports whether one was fed. a.peers
 // stays until a is fed another message or goes idle: a peer that was not
 // ready (placed after a's job, promoted by a later timer, or its window
 // full) is fed at a's next #hungry if it is ready then. The peers are
@@ -312,13 +313,23 @@ func (s *Core) feedPeer(a *agent, now time.Time) bool {
 			a.peerAt = i + 1
 			return true
 		}
-		if t.Asking || t.Busy >= t.Window.Limit() {
+		var l window.Lease
+		if s.book != nil {
+			// The book counts the cluster's sessions: the job holds a
+			// lease of its own (borrowLease), as an agent attaching does.
+			var ok bool
+			if l, ok = s.borrowLease(a, t, now); !ok {
+				continue
+			}
+		} else if t.Asking || t.Busy >= t.Window.Limit() {
 			continue
 		}
 		t.Ready.Remove(v)
 		t.Busy++
 		s.orderFed(a.ring, v, now)
 		s.job(a, v, t, t, now)
+		a.fifo[len(a.fifo)-1].lease = l
+		s.borrowed++
 		a.ring.Update(t, now)
 		s.agenda.SetWake(t, t.NextWake(now))
 		a.peerAt = i + 1
@@ -336,12 +347,19 @@ func (s *Core) feedPeer(a *agent, now time.Time) bool {
 // where this one stopped (agent.peerAt).
 const maxPeerScan = 64
 
-// giveBack returns the session e's job borrowed, if any. The caller
-// updates the thread.
-func giveBack(e *entry) {
-	if t := e.borrowed; t != nil {
-		e.borrowed = nil
-		t.Busy--
+// giveBack returns the session e's job borrowed, if any, and its lease
+// to the book. The caller updates the thread.
+func (s *Core) giveBack(e *entry, now time.Time) {
+	t := e.borrowed
+	if t == nil {
+		return
+	}
+	e.borrowed = nil
+	t.Busy--
+	s.borrowed--
+	if l := e.lease; l != 0 {
+		e.lease = 0
+		s.release(s.seatOf(t), l, now)
 	}
 }
 
@@ -592,7 +610,7 @@ func (s *Core) kill(a *agent, reason string, now time.Time) {
 	// are done with, though they end only at its exit.
 	for i := range a.fifo {
 		if t := a.fifo[i].borrowed; t != nil {
-			giveBack(&a.fifo[i])
+			s.giveBack(&a.fifo[i], now)
 			s.update(t, now)
 		}
 	}

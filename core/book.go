@@ -12,7 +12,8 @@ import (
 
 // The windows' book (package window, DESIGN §13). With [cluster] a
 // destination's window lives in a store shared by several nodes: a session
-// starts only when the book grants it a lease (one per attached agent), a
+// starts only when the book grants it a lease (one per attached agent, and
+// one per job an agent borrows there with feed = "message"), a
 // judged delivery is reported to it, and its answers come back as events
 // (Window), now or later. The thread's Window then mirrors the book's last
 // answer, for Wants, the views and the state file. Without a book (UseBook
@@ -22,10 +23,12 @@ import (
 // The contract with the book, per destination: one Acquire outstanding at
 // a time (the thread is Asking meanwhile and wants no agent); a Denied
 // thread waits for a Free event or its Retry time; a granted lease no
-// agent could take is released at once; an agent's lease is released when
-// it leaves the thread; while a site failure reported on the destination
-// is unanswered, no agent takes a new job there and the thread asks for no
-// session (seat.failing).
+// agent could take is released at once (one asked for a borrowed job is
+// offered to its agent first: lend); an agent's lease is released when it
+// leaves the thread, a borrowed job's when the job ends or its agent is
+// killed or exits (giveBack); while a site failure reported on the
+// destination is unanswered, no agent takes a new job there and the thread
+// asks for no session (seat.failing).
 
 // seat is the core's side of one destination's conversation with its book.
 type seat struct {
@@ -48,6 +51,10 @@ type seat struct {
 	failing int
 	state   window.State // the book's last answer
 	known   bool         // state holds an answer
+	// borrower is the agent whose borrowed job (feed = "message") the
+	// outstanding Acquire was asked for, 0 when none: a lease granted
+	// later is offered to it first (windowEvent).
+	borrower int
 }
 
 // UseBook makes b the book of every destination's window. Call it after New,
@@ -183,6 +190,41 @@ func (s *Core) release(st *seat, l window.Lease, now time.Time) {
 	s.ask(now, window.Request{Op: window.Release, Dest: st.dest, Lease: l})
 }
 
+// borrowLease gives a job that agent a borrows on t (feed = "message",
+// feedPeer) a lease granted for t, as an attaching agent takes one: the
+// shared window bounds the cluster's sessions, borrowed jobs included. It
+// asks the book when no granted lease waits and none is asked for; an
+// answer that comes later is offered to a first (lend), and if a cannot
+// take it, to the thread's ring as any grant is.
+func (s *Core) borrowLease(a *agent, t *thread.Thread, now time.Time) (window.Lease, bool) {
+	st := s.seatOf(t)
+	if st.failing > 0 || st.denied || (st.asking && len(st.spare) == 0) {
+		return 0, false
+	}
+	if len(st.spare) == 0 && !s.admit(t, now) {
+		if st.asking {
+			st.borrower = a.id
+		}
+		return 0, false
+	}
+	l := st.spare[0]
+	st.spare = st.spare[1:]
+	return l, true
+}
+
+// lend offers a lease granted later for st's thread t to the agent whose
+// borrowed job asked for it, if it is still fed peers and has room: fed
+// now, it takes the lease in feedPeer. The grant is otherwise t's ring's.
+func (s *Core) lend(st *seat, t *thread.Thread, now time.Time) {
+	a := s.agents[st.borrower]
+	st.borrower = 0
+	if a == nil || a.state == ending || a.thread == nil || a.peers == nil || !s.feedsPeers(a) ||
+		s.ring(t) != a.ring || a.jobs > s.clause(a.clause).Overfeed {
+		return
+	}
+	s.feed(a, now)
+}
+
 // within reports whether t's agents may take new jobs: the cluster runs
 // no more sessions than the shared window allows (without a book, the
 // thread's own agents against its window).
@@ -251,6 +293,7 @@ func (s *Core) windowEvent(ev window.Event, now time.Time, later bool) {
 	case window.Granted:
 		st.asking = false
 		if t == nil || s.stopping {
+			st.borrower = 0
 			s.ask(now, window.Request{Op: window.Release, Dest: ev.Dest, Lease: ev.Lease})
 			break
 		}
@@ -265,6 +308,7 @@ func (s *Core) windowEvent(ev window.Event, now time.Time, later bool) {
 		}
 	case window.Denied:
 		st.asking = false
+		st.borrower = 0
 		if t == nil {
 			break
 		}
@@ -319,6 +363,9 @@ func (s *Core) windowEvent(ev window.Event, now time.Time, later bool) {
 		return
 	}
 	if later {
+		if st.borrower != 0 && len(st.spare) > 0 {
+			s.lend(st, t, now)
+		}
 		s.update(t, now)
 		// Granted, and no agent could be had for it now.
 		s.releaseSpare(st, now)
@@ -403,11 +450,14 @@ func (s *Core) nextRetry() time.Time {
 // ClusterView is a destination's window as the book last answered: the
 // cluster's view for mailq, WHY and metrics.
 type ClusterView struct {
-	Window    int // the shared window (0 = dead)
-	Leases    int // live sessions on the destination, every node's
-	Mine      int // of them, this node's
-	Nodes     int // live nodes
-	Fallback  bool
+	Window   int // the shared window (0 = dead)
+	Leases   int // live sessions on the destination, every node's
+	Mine     int // of them, this node's
+	Nodes    int // live nodes
+	Fallback bool
+	// Borrowed is how many of Mine are jobs fed to agents attached to
+	// other destinations (feed = "message"), each with its own lease.
+	Borrowed  int
 	Asking    bool // an Acquire is outstanding
 	Denied    bool // waiting for a session to come free
 	DeadUntil time.Time

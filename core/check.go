@@ -7,6 +7,7 @@ import (
 	"zsched/ring"
 	"zsched/thread"
 	"zsched/vertex"
+	"zsched/window"
 )
 
 // Check verifies the core's invariants at now and returns the first broken
@@ -20,10 +21,34 @@ func (s *Core) Check(now time.Time) error {
 	perChannel := make(map[string]int)
 	// sessions counts each thread's agents and borrowed jobs: its Busy.
 	sessions := make(map[*thread.Thread]int)
+	// leases are the book's leases the core holds: each agent's, each
+	// borrowed job's and the granted ones no agent took yet, each once.
+	leases := make(map[window.Lease]bool)
+	holds := func(l window.Lease, who string) error {
+		if l == 0 {
+			return nil
+		}
+		if leases[l] {
+			return fmt.Errorf("lease %v held twice (%s)", l, who)
+		}
+		leases[l] = true
+		return nil
+	}
+	borrowed := 0 // jobs holding a session of another thread than their agent's
+	for _, st := range s.seats {
+		for _, l := range st.spare {
+			if err := holds(l, "spare of "+st.dest.Channel+"/"+st.dest.Host); err != nil {
+				return err
+			}
+		}
+	}
 	for id, a := range s.agents {
 		perChannel[a.channel]++
 		if a.thread != nil {
 			sessions[a.thread]++
+		}
+		if err := holds(a.lease, fmt.Sprintf("agent %d", id)); err != nil {
+			return err
 		}
 		jobs := 0
 		for _, e := range a.fifo {
@@ -32,6 +57,17 @@ func (s *Core) Check(now time.Time) error {
 					return fmt.Errorf("agent %d (killed %v) holds a session of %s/%s it may not", id, a.killed, e.borrowed.Channel, e.borrowed.Host)
 				}
 				sessions[e.borrowed]++
+				borrowed++
+				// With a book, a borrowed session is the cluster's only
+				// with its lease (borrowLease); without one, it has none.
+				if (e.lease != 0) != (s.book != nil) {
+					return fmt.Errorf("agent %d: borrowed job on %s/%s holds lease %v (book %v)", id, e.borrowed.Channel, e.borrowed.Host, e.lease, s.book != nil)
+				}
+			} else if e.lease != 0 {
+				return fmt.Errorf("agent %d: lease %v on a job that borrows no session", id, e.lease)
+			}
+			if err := holds(e.lease, fmt.Sprintf("agent %d's borrowed job", id)); err != nil {
+				return err
 			}
 			if e.kind == entryJob {
 				jobs++
@@ -58,6 +94,9 @@ func (s *Core) Check(now time.Time) error {
 		if t := s.threads[thread.Key{Clause: rt.clause, Channel: k[0], Host: k[1]}]; t != rt.thread {
 			return fmt.Errorf("route %s/%s keeps a thread that is not its thread in core", k[0], k[1])
 		}
+	}
+	if borrowed != s.borrowed {
+		return fmt.Errorf("%d borrowed jobs, the count says %d", borrowed, s.borrowed)
 	}
 	if len(s.agents) != s.total {
 		return fmt.Errorf("%d agents, total says %d", len(s.agents), s.total)

@@ -104,7 +104,7 @@ func (s *Core) finish(a *agent, e entry, now time.Time, why string) {
 	if e.msg.Gone {
 		// The message was dropped from core while the job ran: drop left
 		// this vertex counted in its thread, which it leaves now.
-		giveBack(&e)
+		s.giveBack(&e, now)
 		if t := e.thread; t != nil {
 			t.Leave(v)
 			s.update(t, now)
@@ -203,7 +203,7 @@ func (s *Core) finish(a *agent, e entry, now time.Time, why string) {
 	// A borrowed session comes free once the attempt is judged: the
 	// feedback above counted it busy, as it counts the agent of an
 	// attached job.
-	giveBack(&e)
+	s.giveBack(&e, now)
 	if len(v.Rcpts) == 0 {
 		s.dropVertex(v, t)
 	}

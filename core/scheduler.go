@@ -74,6 +74,9 @@ type entry struct {
 	// sessions (its Busy) until it ends or its agent is killed; nil
 	// when none is held.
 	borrowed *thread.Thread
+	// lease is the borrowed session's hold on its thread's window in the
+	// book (book.go), 0 without a book.
+	lease window.Lease
 }
 
 type deferral struct {
@@ -184,6 +187,11 @@ type Core struct {
 	book       window.Book
 	seats      map[window.Dest]*seat
 	retrySeats []*seat // denied seats with a retry time, in denial order
+
+	// borrowed counts the jobs that hold a session of another thread than
+	// their agent's (entry.borrowed, feed = "message"): the views walk the
+	// agents for them only when there are any.
+	borrowed int
 }
 
 // Counters are the scheduler's running totals.

@@ -58,7 +58,10 @@ type ThreadView struct {
 	Agents     []int // ids of the agents attached
 	// Busy is its sessions: the agents attached, and jobs fed to agents
 	// of other threads (feed = "message") while they run.
-	Busy      int
+	Busy int
+	// Borrowed is how many of Busy are such jobs: sessions held by
+	// agents attached elsewhere, which Agents does not list.
+	Borrowed  int
 	Window    int // current concurrency; 0 = dead
 	MaxThr    int
 	Ceiling   int  // learned concurrency ceiling (issue 10); 0 = none
@@ -107,8 +110,11 @@ type AgentView struct {
 	Host    string // its thread's host, or the last it served
 	State   string // starting, working, idling, idle, ending
 	Jobs    int    // job lines outstanding
-	Heard   time.Time
-	Fed     time.Time // last job line written; zero = none outstanding
+	// Borrowed is how many of Jobs hold a session of another
+	// destination than its thread (feed = "message").
+	Borrowed int
+	Heard    time.Time
+	Fed      time.Time // last job line written; zero = none outstanding
 }
 
 // Rings returns every ring with its threads, sorted by clause, channel and
@@ -135,13 +141,16 @@ func (s *Core) Rings(now time.Time) []RingView {
 		view(r)
 	}
 	attached := s.attachedAgents()
+	borrowed := s.borrowedSessions()
 	for _, t := range s.threads {
 		r := s.rings[s.ringKey(t)]
 		if r == nil {
 			continue
 		}
 		rv := view(r)
-		rv.Threads = append(rv.Threads, s.threadView(t, now, attached[t]))
+		tv := s.threadView(t, now, attached[t])
+		tv.setBorrowed(borrowed[t])
+		rv.Threads = append(rv.Threads, tv)
 	}
 	res := make([]RingView, 0, len(byRing))
 	for _, rv := range byRing {
@@ -181,13 +190,59 @@ func (s *Core) attachedAgents() map[*thread.Thread][]int {
 	return m
 }
 
+// borrowedSessions counts, per thread, the sessions held by jobs of
+// agents attached to other threads (entry.borrowed). It walks the agents'
+// outstanding lines, at most overfeed+1 each: the views' cost follows the
+// agents, and the feed's hot path keeps no count for them.
+func (s *Core) borrowedSessions() map[*thread.Thread]int {
+	m := make(map[*thread.Thread]int)
+	if s.borrowed == 0 {
+		return m
+	}
+	for _, a := range s.agents {
+		for i := range a.fifo {
+			if t := a.fifo[i].borrowed; t != nil {
+				m[t]++
+			}
+		}
+	}
+	return m
+}
+
+// borrowedOn counts the sessions of t held by borrowed jobs.
+func (s *Core) borrowedOn(t *thread.Thread) int {
+	n := 0
+	if s.borrowed == 0 {
+		return 0
+	}
+	for _, a := range s.agents {
+		for i := range a.fifo {
+			if a.fifo[i].borrowed == t {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // Thread returns one destination, or false when it is not in core.
 func (s *Core) Thread(now time.Time, channel, host string) (ThreadView, bool) {
 	t := s.findThread(channel, host)
 	if t == nil {
 		return ThreadView{}, false
 	}
-	return s.threadView(t, now, s.attachedAgents()[t]), true
+	tv := s.threadView(t, now, s.attachedAgents()[t])
+	tv.setBorrowed(s.borrowedOn(t))
+	return tv, true
+}
+
+// setBorrowed sets the borrowed sessions of the thread's view, and of its
+// cluster view.
+func (tv *ThreadView) setBorrowed(n int) {
+	tv.Borrowed = n
+	if tv.Cluster != nil {
+		tv.Cluster.Borrowed = n
+	}
 }
 
 // findThread returns the thread of (channel, host) under the clause that
@@ -276,6 +331,9 @@ func (s *Core) AgentViews() []AgentView {
 			if e.kind == entryJob && e.fed.After(av.Fed) {
 				av.Fed = e.fed
 			}
+			if e.borrowed != nil {
+				av.Borrowed++
+			}
 		}
 		out = append(out, av)
 	}
@@ -293,6 +351,9 @@ type Gauges struct {
 	// Throttled counts rings whose transport may not start an agent now
 	// (throttle.go).
 	Throttled int
+	// Borrowed counts the sessions held by jobs fed to agents attached to
+	// another destination (feed = "message"), every destination's.
+	Borrowed int
 	// Busiest are the destinations with the most agents attached, then the
 	// most vertices, at most the n asked for.
 	Busiest []DestWindow
@@ -305,7 +366,8 @@ type DestWindow struct {
 	Window   int
 	MaxThr   int
 	Ceiling  int // learned ceiling; 0 = none
-	Busy     int
+	Busy     int // sessions: agents attached and borrowed jobs
+	Borrowed int // of Busy, the borrowed jobs
 	Vertices int
 }
 
@@ -322,13 +384,15 @@ func (s *Core) Gauges(now time.Time, n int) Gauges {
 		g.Recipients += len(v.Rcpts)
 	}
 	all := make([]DestWindow, 0, len(s.threads))
+	borrowed := s.borrowedSessions()
+	g.Borrowed = s.borrowed
 	for _, t := range s.threads {
 		g.Vertices += t.Vertices()
 		g.Recipients += t.Recipients()
 		g.Threads[s.threadState(t, now)]++
 		c, _ := t.Window.LearnedCeiling(now)
 		all = append(all, DestWindow{Channel: t.Channel, Host: t.Host, Window: t.Window.Limit(),
-			MaxThr: s.clause(t.Clause).MaxThr, Ceiling: c, Busy: t.Busy, Vertices: t.Vertices()})
+			MaxThr: s.clause(t.Clause).MaxThr, Ceiling: c, Busy: t.Busy, Borrowed: borrowed[t], Vertices: t.Vertices()})
 	}
 	sort.Slice(all, func(i, j int) bool {
 		a, b := all[i], all[j]

@@ -62,14 +62,21 @@ type VertexView struct {
 
 // Why is the reason a vertex waits, with the time it ends when known.
 type Why struct {
-	Reason  Reason
-	Until   time.Time // end of a retry, back-off or dead period
-	Agent   int       // the agent, for ReasonRunning
-	Busy    int       // agents on the destination, for ReasonWindow
-	Window  int       // the destination's window, for ReasonWindow
-	Ceiling int       // its learned ceiling, for ReasonWindow; 0 = none
-	Limit   int       // the limit's value, for the limit reasons
-	Text    string    // the failure, for ReasonTransport
+	Reason Reason
+	Until  time.Time // end of a retry, back-off or dead period
+	Agent  int       // the agent, for ReasonRunning
+	// Via is, for ReasonRunning, the destination the agent is attached
+	// to when its job borrows a session of this one (feed = "message");
+	// "" when the job is its own thread's.
+	Via  string
+	Busy int // sessions on the destination, for ReasonWindow
+	// Borrowed is how many of Busy are jobs fed to agents attached to
+	// other destinations (feed = "message"), for ReasonWindow.
+	Borrowed int
+	Window   int    // the destination's window, for ReasonWindow
+	Ceiling  int    // its learned ceiling, for ReasonWindow; 0 = none
+	Limit    int    // the limit's value, for the limit reasons
+	Text     string // the failure, for ReasonTransport
 	// Cluster is the shared window as the book last answered, for
 	// ReasonCluster.
 	Cluster *ClusterView
@@ -82,7 +89,7 @@ func (w Why) String() string {
 	case ReasonDue:
 		return "due: next in line on its destination's agents"
 	case ReasonRunning:
-		return "being delivered by agent " + strconv.Itoa(w.Agent)
+		return "being delivered by agent " + strconv.Itoa(w.Agent) + w.Borrowing()
 	case ReasonRetry:
 		return "deferred: its own retry time is " + at(w.Until)
 	case ReasonBackoff:
@@ -90,10 +97,17 @@ func (w Why) String() string {
 	case ReasonDead:
 		return "destination dead (failed cohorts over the limit); next probe at " + at(w.Until)
 	case ReasonWindow:
-		if w.Ceiling > 0 {
-			return fmt.Sprintf("destination concurrency window full: %d of %d agents busy (learned ceiling %d)", w.Busy, w.Window, w.Ceiling)
+		// Without borrowed jobs every session is an agent of the
+		// destination; with them, saying "agents" would have the operator
+		// look for agents the thread does not have.
+		busy := fmt.Sprintf("%d of %d agents busy", w.Busy, w.Window)
+		if w.Borrowed > 0 {
+			busy = fmt.Sprintf("%d of %d sessions busy, %d of them jobs borrowed by agents of other destinations", w.Busy, w.Window, w.Borrowed)
 		}
-		return fmt.Sprintf("destination concurrency window full: %d of %d agents busy", w.Busy, w.Window)
+		if w.Ceiling > 0 {
+			return fmt.Sprintf("destination concurrency window full: %s (learned ceiling %d)", busy, w.Ceiling)
+		}
+		return "destination concurrency window full: " + busy
 	case ReasonMaxRing:
 		return fmt.Sprintf("waiting for an agent: the ring is at maxring %d", w.Limit)
 	case ReasonMaxTA:
@@ -126,6 +140,9 @@ func (w Why) String() string {
 		}
 		txt := fmt.Sprintf("the cluster's shared window is full: %d of %d sessions busy on %d nodes (%d on this node",
 			c.Leases, c.Window, c.Nodes, c.Mine)
+		if c.Borrowed > 0 {
+			txt += fmt.Sprintf(", %d of them jobs borrowed by agents of other destinations", c.Borrowed)
+		}
 		if by := c.Sessions(); by != "" {
 			txt += "; by node: " + by
 		}
@@ -138,10 +155,27 @@ func (w Why) String() string {
 	return w.Reason.String()
 }
 
+// Borrowing says, for a running job that borrows a session of its
+// destination, which destination its agent is attached to; "" otherwise.
+func (w Why) Borrowing() string {
+	if w.Reason != ReasonRunning || w.Via == "" {
+		return ""
+	}
+	return ", attached to " + w.Via + ", on a session of this destination it borrowed"
+}
+
 func (s *Core) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
 	switch {
 	case v.Agent != 0:
-		return Why{Reason: ReasonRunning, Agent: v.Agent}
+		w := Why{Reason: ReasonRunning, Agent: v.Agent}
+		if a := s.agents[v.Agent]; a != nil {
+			for i := range a.fifo {
+				if a.fifo[i].v == v && a.fifo[i].borrowed != nil {
+					w.Via = a.host
+				}
+			}
+		}
+		return w
 	case v.Clause < 0 || t == nil:
 		return Why{Reason: ReasonUnrouted}
 	case v.Msg.Held:
@@ -158,11 +192,15 @@ func (s *Core) why(v *vertex.Vertex, t *thread.Thread, now time.Time) Why {
 		return Why{Reason: ReasonRetry, Until: v.Due()}
 	}
 	if t.Asking {
-		return Why{Reason: ReasonCluster, Cluster: s.clusterView(t)}
+		c := s.clusterView(t)
+		if c != nil {
+			c.Borrowed = s.borrowedOn(t)
+		}
+		return Why{Reason: ReasonCluster, Cluster: c}
 	}
 	if lim := t.Window.Limit(); t.Busy >= lim {
 		c, _ := t.Window.LearnedCeiling(now)
-		return Why{Reason: ReasonWindow, Busy: t.Busy, Window: lim, Ceiling: c}
+		return Why{Reason: ReasonWindow, Busy: t.Busy, Borrowed: s.borrowedOn(t), Window: lim, Ceiling: c}
 	}
 	if !t.Wants(now) {
 		return Why{Reason: ReasonDue}

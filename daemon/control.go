@@ -551,38 +551,45 @@ type QueueRing struct {
 
 // QueueThread is one destination in Queue.
 type QueueThread struct {
-	Channel    string     `json:"channel"`
-	Host       string     `json:"host"`
-	State      string     `json:"state"`
-	Pend       string     `json:"pend,omitempty"`
-	Vertices   int        `json:"vertices"`
-	Recipients int        `json:"recipients"`
-	Attempts   int        `json:"attempts"`
-	Pids       []int      `json:"pids"`
-	Window     int        `json:"window"`
-	MaxThr     int        `json:"maxthr"`
-	Ceiling    int        `json:"ceiling,omitempty"`
-	Confirmed  bool       `json:"ceiling_confirmed,omitempty"`
-	Wake       *time.Time `json:"wake,omitempty"`
-	Backoff    *time.Time `json:"backoff_until,omitempty"`
-	Oldest     *time.Time `json:"oldest,omitempty"`
-	QueueOnly  bool       `json:"queueonly,omitempty"`
-	Turned     bool       `json:"turned,omitempty"`
-	Held       bool       `json:"held,omitempty"`
-	LastText   string     `json:"last_text,omitempty"`
+	Channel    string `json:"channel"`
+	Host       string `json:"host"`
+	State      string `json:"state"`
+	Pend       string `json:"pend,omitempty"`
+	Vertices   int    `json:"vertices"`
+	Recipients int    `json:"recipients"`
+	Attempts   int    `json:"attempts"`
+	Pids       []int  `json:"pids"`
+	Window     int    `json:"window"`
+	MaxThr     int    `json:"maxthr"`
+	// Busy is its sessions: its agents (Pids) and Borrowed, the jobs fed
+	// to agents attached to other destinations (feed = "message").
+	Busy      int        `json:"busy"`
+	Borrowed  int        `json:"borrowed"`
+	Ceiling   int        `json:"ceiling,omitempty"`
+	Confirmed bool       `json:"ceiling_confirmed,omitempty"`
+	Wake      *time.Time `json:"wake,omitempty"`
+	Backoff   *time.Time `json:"backoff_until,omitempty"`
+	Oldest    *time.Time `json:"oldest,omitempty"`
+	QueueOnly bool       `json:"queueonly,omitempty"`
+	Turned    bool       `json:"turned,omitempty"`
+	Held      bool       `json:"held,omitempty"`
+	LastText  string     `json:"last_text,omitempty"`
 	// Cluster is the destination's shared window; absent without [cluster].
 	Cluster *QueueShared `json:"cluster,omitempty"`
 }
 
 // QueueAgent is one transport agent in Queue.
 type QueueAgent struct {
-	Pid     int        `json:"pid"`
-	Channel string     `json:"channel"`
-	Host    string     `json:"host"`
-	State   string     `json:"state"`
-	Jobs    int        `json:"jobs"`
-	Heard   time.Time  `json:"heard"`
-	Fed     *time.Time `json:"fed,omitempty"`
+	Pid     int    `json:"pid"`
+	Channel string `json:"channel"`
+	Host    string `json:"host"`
+	State   string `json:"state"`
+	Jobs    int    `json:"jobs"`
+	// Borrowed is how many of Jobs hold a session of another destination
+	// than its thread's (feed = "message").
+	Borrowed int        `json:"borrowed,omitempty"`
+	Heard    time.Time  `json:"heard"`
+	Fed      *time.Time `json:"fed,omitempty"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -605,7 +612,7 @@ func (d *Daemon) Queue(now time.Time) Queue {
 		for _, t := range r.Threads {
 			qt := QueueThread{Channel: t.Channel, Host: t.Host, State: t.State.String(),
 				Vertices: t.Vertices, Recipients: t.Recipients, Attempts: t.Attempts, Pids: []int{},
-				Window: t.Window, MaxThr: t.MaxThr, Ceiling: t.Ceiling, Confirmed: t.Confirmed, Wake: timePtr(t.Wake), Backoff: timePtr(t.Backoff),
+				Window: t.Window, MaxThr: t.MaxThr, Busy: t.Busy, Borrowed: t.Borrowed, Ceiling: t.Ceiling, Confirmed: t.Confirmed, Wake: timePtr(t.Wake), Backoff: timePtr(t.Backoff),
 				Oldest: timePtr(t.Oldest), QueueOnly: t.QueueOnly, Turned: t.ETRN, Held: t.Held,
 				LastText: t.LastText}
 			if t.State == core.ThreadBlocked {
@@ -630,7 +637,7 @@ func (d *Daemon) Queue(now time.Time) Queue {
 	}
 	for _, a := range d.core.AgentViews() {
 		q.Agents = append(q.Agents, QueueAgent{Pid: d.pid(a.ID), Channel: a.Channel, Host: a.Host,
-			State: a.State, Jobs: a.Jobs, Heard: a.Heard.UTC(), Fed: timePtr(a.Fed)})
+			State: a.State, Jobs: a.Jobs, Borrowed: a.Borrowed, Heard: a.Heard.UTC(), Fed: timePtr(a.Fed)})
 	}
 	if st, ok := d.ClusterStatus(); ok {
 		q.Cluster = &QueueCluster{Node: st.Node, Store: st.Store, Mode: st.Mode.String(), Since: st.Since.UTC(),

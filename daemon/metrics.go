@@ -250,7 +250,11 @@ var (
 	descCeiling = prometheus.NewDesc("zsched_destination_ceiling",
 		fmt.Sprintf("Learned concurrency ceiling of the %d busiest destinations (0 = none).", windowTop), []string{"channel", "host"}, nil)
 	descBusy = prometheus.NewDesc("zsched_destination_busy",
-		fmt.Sprintf("Agents working each of the %d busiest destinations.", windowTop), []string{"channel", "host"}, nil)
+		fmt.Sprintf("Sessions on each of the %d busiest destinations: agents attached and jobs borrowed by agents of other destinations (feed = \"message\").", windowTop), []string{"channel", "host"}, nil)
+	descDestBorrowed = prometheus.NewDesc("zsched_destination_borrowed",
+		fmt.Sprintf("Of zsched_destination_busy, the jobs borrowed by agents attached to other destinations (feed = \"message\"), for the %d busiest destinations.", windowTop), []string{"channel", "host"}, nil)
+	descBorrowed = prometheus.NewDesc("zsched_sessions_borrowed",
+		"Sessions held by jobs fed to agents attached to another destination than the job's (feed = \"message\"), every destination's.", nil, nil)
 	descArrived = prometheus.NewDesc("zsched_messages_arrived_total", "Messages read into core.", nil, nil)
 	descSpawned = prometheus.NewDesc("zsched_agents_started_total", "Transport agents started.", nil, nil)
 	descKilled  = prometheus.NewDesc("zsched_agents_killed_total", "Transport agents killed (job timeout, garbage, overlong lines).", nil, nil)
@@ -265,7 +269,7 @@ type gaugeCollector struct{ d *Daemon }
 
 func (c *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMessages, descVertices, descRecipients, descThreads,
-		descAgents, descWindow, descCeiling, descBusy, descArrived, descSpawned, descKilled,
+		descAgents, descWindow, descCeiling, descBusy, descDestBorrowed, descBorrowed, descArrived, descSpawned, descKilled,
 		descUnavail, descThrottles} {
 		ch <- d
 	}
@@ -297,7 +301,9 @@ func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descWindow, w.Window, w.Channel, w.Host)
 		gauge(descCeiling, w.Ceiling, w.Channel, w.Host)
 		gauge(descBusy, w.Busy, w.Channel, w.Host)
+		gauge(descDestBorrowed, w.Borrowed, w.Channel, w.Host)
 	}
+	gauge(descBorrowed, g.Borrowed)
 	counter(descArrived, n.Arrived)
 	counter(descSpawned, n.Spawned)
 	counter(descKilled, n.Killed)

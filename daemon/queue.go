@@ -379,7 +379,7 @@ func (d *Daemon) rcptInCore(now time.Time, r ctlfile.Rcpt, v core.VertexView) ma
 	case core.ReasonRunning:
 		qr.State = mailq.StateInFlight
 		if pid := d.pid(v.Why.Agent); pid > 0 {
-			qr.Reason = "being delivered by pid " + strconv.Itoa(pid)
+			qr.Reason = "being delivered by pid " + strconv.Itoa(pid) + v.Why.Borrowing()
 		}
 	case core.ReasonRetry, core.ReasonBackoff, core.ReasonDead:
 		qr.State = mailq.StateDeferred

@@ -118,6 +118,11 @@ func ThreadLine(now time.Time, t core.ThreadView, agents Agents, pad bool) strin
 		fmt.Fprintf(&b, " QA=%s", Age(now.Sub(t.Oldest)))
 	}
 	fmt.Fprintf(&b, " window=%d/%d", t.Window, t.MaxThr)
+	if t.Borrowed > 0 {
+		// Sessions held by jobs of agents attached elsewhere (feed =
+		// "message"): P={} does not list them, yet they fill the window.
+		fmt.Fprintf(&b, " busy=%d borrowed=%d", t.Busy, t.Borrowed)
+	}
 	if t.Ceiling > 0 {
 		// An unconfirmed ceiling is a guess from one refusal: marked "?".
 		q := "?"
@@ -277,6 +282,7 @@ func Counters(s CounterSet) []string {
 		fmt.Sprintf("queue_messages %d", g.Messages),
 		fmt.Sprintf("queue_vertices %d", g.Vertices),
 		fmt.Sprintf("queue_recipients %d", g.Recipients),
+		fmt.Sprintf("sessions_borrowed %d", g.Borrowed),
 		fmt.Sprintf("dispatched %d", l.Count()),
 		fmt.Sprintf("dispatch_latency_p50 %s", l.Quantile(0.5)),
 		fmt.Sprintf("dispatch_latency_p99 %s", l.Quantile(0.99)),

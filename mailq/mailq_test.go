@@ -88,3 +88,20 @@ func TestThreadLineShowsSessionsByNode(t *testing.T) {
 		t.Errorf("thread line in fallback %q: want no breakdown, and cluster:fallback", line)
 	}
 }
+
+// TestThreadLineShowsBorrowedSessions: a destination whose sessions are
+// jobs borrowed by agents attached elsewhere (feed = "message") says so:
+// its line shows no P={} for them, and busy= borrowed= tell why its
+// window is full. Without borrowed jobs the line is as it was.
+func TestThreadLineShowsBorrowedSessions(t *testing.T) {
+	now := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	tv := core.ThreadView{Channel: "smtp", Host: "b.test", Vertices: 1, Recipients: 1, Window: 2, MaxThr: 2,
+		Busy: 2, Borrowed: 2, State: core.ThreadRunning}
+	if got, want := ThreadLine(now, tv, Agents{}, false), "N=1 R=1 A=0 window=2/2 busy=2 borrowed=2 state=running"; got != want {
+		t.Errorf("thread line %q, want %q", got, want)
+	}
+	tv.Borrowed, tv.Busy = 0, 0
+	if got, want := ThreadLine(now, tv, Agents{}, false), "N=1 R=1 A=0 window=2/2 state=running"; got != want {
+		t.Errorf("thread line without borrowed jobs %q, want %q", got, want)
+	}
+}

@@ -21,7 +21,8 @@
 // sharing the store as the window's busy count.
 //
 // The caller's contract, step by step (one lease per session; the core's
-// session is an agent attached to a thread, so t.Busy counts leases):
+// session is an agent attached to a thread or a job an agent attached
+// elsewhere borrows there with feed = "message", so t.Busy counts leases):
 //
 //  1. Before a session on a destination, send Acquire with the clause's
 //     Params (ParamsOf). Granted gives a Lease: start the session. Denied
@@ -51,10 +52,11 @@
 // [cluster], an Outbox whose requests the daemon takes after each event
 // and hands to redisbook.Book.Do (daemon/cluster.go), feeding the answers
 // from its Events back to the core as one more event (core.Window). The
-// core attaches an agent only with a lease granted for its thread (one
-// Acquire outstanding a thread), releases it when the agent leaves,
-// reports each judged delivery, mirrors every answer's State into the
-// thread's Window for mailq, WHY, metrics and the state file, and feeds no
+// core attaches an agent, or feeds a borrowed job, only with a lease
+// granted for its thread (one Acquire outstanding a thread), releases it
+// when the agent leaves or the borrowed job ends, reports each judged
+// delivery, mirrors every answer's State into the thread's Window for
+// mailq, WHY, metrics and the state file, and feeds no
 // new job on a destination while a site failure reported on it is
 // unanswered. The state file's windows seed the Redis book's fallback
 // (Book.Restore). mailq and metrics read the book's Status.
