@@ -56,6 +56,7 @@ type Soak struct {
 	Rate      int           // messages per second, all writers together
 	Writers   int           // router-style writer goroutines
 	Seed      uint64
+	Feed      string    // the clauses' feed ("thread", "message"); "" the default
 	Scheduler string    // the scheduler program
 	Agent     string    // the lab/soakagent program
 	Dir       string    // work directory: the postoffice, logs, configuration; kept
@@ -327,6 +328,10 @@ func (r *soakRun) writeConfig(safe bool) error {
 	if safe {
 		dead = agent("dead")
 	}
+	feed := ""
+	if r.s.Feed != "" {
+		feed = fmt.Sprintf("feed = %q\n", r.s.Feed)
+	}
 	cfg := fmt.Sprintf(`# written by lab soak
 [scheduler]
 postoffice = %q
@@ -343,7 +348,7 @@ retries = [1, 1, 2, 3]
 jobtimeout = "5s"
 maxring = 8
 expiry = "0"
-
+%s
 [[clause]]
 select = "smtp/*"
 command = %s
@@ -351,7 +356,7 @@ command = %s
 [[clause]]
 select = "dead/*"
 command = %s
-`, r.po, r.ctlPath, r.metrics, agent("smtp"), dead)
+`, r.po, r.ctlPath, r.metrics, feed, agent("smtp"), dead)
 	return os.WriteFile(r.cfgPath, []byte(cfg), 0o644)
 }
 
@@ -1053,7 +1058,11 @@ func (r *soakRun) fate(c *client, m *soakMsg) msgFate {
 
 // Report prints a soak's counts.
 func (res SoakResult) Report(w io.Writer, s Soak) {
-	fmt.Fprintf(w, "soak: %v of the battery, seed %d; work directory %s\n", s.Duration, s.Seed, s.Dir)
+	feed := s.Feed
+	if feed == "" {
+		feed = "thread (the default)"
+	}
+	fmt.Fprintf(w, "soak: %v of the battery, seed %d, feed %s; work directory %s\n", s.Duration, s.Seed, feed, s.Dir)
 	fmt.Fprintf(w, "queued by the router writers: %d messages, %d recipients (%d messages killed by the operator)\n",
 		res.Messages, res.Recipients, res.Killed)
 	fmt.Fprintf(w, "hostile files: %d decoys (123.tmp, .bak…), %d malformed, %d huge, %d FIFOs; %d files in bad/\n",

@@ -26,6 +26,7 @@ func soak(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of the battery's choices")
 	dir := fs.String("dir", "", "work directory (default: a new one under $TMPDIR); kept, with the scheduler's log")
 	sched := fs.String("scheduler", "", "scheduler `program` (default: build ./cmd/scheduler)")
+	feed := fs.String("feed", "", "the clauses' `feed`: thread or message (default: the scheduler's, thread)")
 	quiet := fs.Bool("q", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -56,6 +57,7 @@ func soak(args []string, stdout, stderr io.Writer) error {
 		Rate:      *rate,
 		Writers:   max(*writers, 1),
 		Seed:      *seed,
+		Feed:      *feed,
 		Scheduler: *sched,
 		Agent:     agent,
 		Dir:       *dir,
