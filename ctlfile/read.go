@@ -24,9 +24,20 @@ import (
 // scheduler's memory.
 const DefaultMaxControlSize = 64 << 20
 
+// BodyWait is how long a control file whose body is missing is taken for a
+// message on its way rather than a broken one: its body may come after it
+// (a writer that renames the control file first, or the body across a
+// slow mount). Until its control file has not changed for this long, Read
+// reports the missing body as a transient error (read again later); then
+// as malformed (quarantine it). It matches the scheduler's sweep, which
+// removes a body without a control file once it is an hour old: were the
+// control file quarantined at once, the body that came a moment later
+// would be taken for debris and removed an hour on, the message lost.
+const BodyWait = time.Hour
+
 // MalformedError is a control file that cannot be scheduled as it is:
 // malformed (*SyntaxError, ErrUnknownFormat, ErrNoID, ErrNoLogIdent),
-// missing its body (ErrBodyMissing) or larger than the limit
+// missing its body for BodyWait (ErrBodyMissing) or larger than the limit
 // (ErrTooLarge). These, and only these, are what the scheduler
 // quarantines; every other error of Read is transient (descriptors or
 // memory exhausted, I/O error, permissions) and worth trying again.
@@ -89,7 +100,8 @@ func (e *LockError) Is(target error) bool { return target == ErrLiveLock }
 // a live process holds a line; retry later, or judge it with ReadBreaking),
 // *MalformedError (*SyntaxError, ErrUnknownFormat, ErrNoID, ErrNoLogIdent,
 // ErrBodyMissing, ErrTooLarge: quarantine it), and transient ones
-// (anything else: try again later).
+// (anything else: try again later; among them ErrBodyMissing for a control
+// file younger than BodyWait).
 //
 // A lock without a PID (a file without FlagPID, or a blank PID field) is
 // treated as stale: otherwise nothing could ever release it.
@@ -158,6 +170,11 @@ func (s *Spool) read(rel string, shared bool, brk *LockError) (*File, error) {
 		case errors.Is(err, fs.ErrNotExist) && f.settled():
 			// A Remove of the order before the control file went first,
 			// interrupted after the body: nothing needs it.
+		case errors.Is(err, fs.ErrNotExist) && s.clock().Sub(ctl.changed) < BodyWait:
+			// Its body may be on its way (a writer that renames the
+			// control file first): transient, not malformed.
+			return nil, fmt.Errorf("%w: queue/%s for %s, which changed %v ago: read again until it is %v old",
+				ErrBodyMissing, path.Join(path.Dir(rel), f.ID), rel, s.clock().Sub(ctl.changed).Round(time.Second), BodyWait)
 		case errors.Is(err, fs.ErrNotExist):
 			return nil, &MalformedError{Rel: rel, Control: ctl.id,
 				Err: fmt.Errorf("%w: queue/%s for %s", ErrBodyMissing, path.Join(path.Dir(rel), f.ID), rel)}

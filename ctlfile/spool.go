@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // HashPath returns the spool path of a file relative to transport/ (or
@@ -48,10 +49,22 @@ type Spool struct {
 	// writer) at that instant would leave; and at each control file
 	// SweepBodies stats, to count them.
 	hook func(step string)
+	// now, when set by a test, is the clock Read judges a control file's
+	// age by (BodyWait) against its status-change time, which is the
+	// kernel's: so it is time.Now otherwise, whatever clock the caller
+	// schedules by.
+	now func() time.Time
 
 	dirs atomic.Pointer[dirCache] // for Root; nil until first needed
 
 	maxControl atomic.Int64 // SetMaxControlSize; 0: DefaultMaxControlSize
+}
+
+func (s *Spool) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
 }
 
 // SetMaxControlSize sets the largest control file Read reads, in bytes

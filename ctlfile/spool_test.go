@@ -507,3 +507,26 @@ func TestReadKeepsAtime(t *testing.T) {
 		t.Errorf("control file's access time %v after the read, want %v (untouched)", atime, old)
 	}
 }
+
+// TestBodyAfterControlFile: a control file whose body is not there yet is
+// a transient error while it is younger than BodyWait (its body may be on
+// its way: a writer that renames the control file first), malformed
+// (quarantined) only after; once the body is there it reads.
+func TestBodyAfterControlFile(t *testing.T) {
+	s := newSpool(t, 0)
+	writeFile(t, s.TransportDir(), "10002561", observedFiles[0].beforeBytes())
+	_, err := s.Read("10002561")
+	var me *MalformedError
+	if !errors.Is(err, ErrBodyMissing) || errors.As(err, &me) {
+		t.Fatalf("Read of a new control file without its body: %v (malformed: %v), want a transient ErrBodyMissing", err, me != nil)
+	}
+	s.now = func() time.Time { return time.Now().Add(BodyWait + time.Minute) }
+	if _, err := s.Read("10002561"); !errors.Is(err, ErrBodyMissing) || !errors.As(err, &me) {
+		t.Fatalf("Read of a control file without its body for BodyWait: %v, want a MalformedError", err)
+	}
+	s.now = nil
+	writeFile(t, s.QueueDir(), "10002561", []byte("Subject: late\n\nthe body\n"))
+	if f, err := s.Read("10002561"); err != nil || !f.Body.Known() {
+		t.Fatalf("Read once the body came: %v", err)
+	}
+}

@@ -58,8 +58,10 @@ import (
 //   - a name that is not a control file's ("12345.bak"): ignored;
 //   - not a regular file (ctlfile.ErrNotRegular): left where it is,
 //     logged (rate-limited); the scan never lists it;
-//   - malformed, body missing, or larger than max_control_size
-//     (ctlfile.MalformedError): moved to bad/ with its body and a .why;
+//   - malformed, body missing for ctlfile.BodyWait (younger, it is a
+//     transient error: its body may come after it), or larger than
+//     max_control_size (ctlfile.MalformedError): moved to bad/ with its
+//     body and a .why;
 //   - a line locked by a live process (ctlfile.LockError): read again
 //     later (admission.LockRetryAt); a lock held by a process that is not
 //     one of our agents is judged stale by rule (admission.JudgeLocks)
