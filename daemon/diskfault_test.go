@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"zsched/core"
 	"zsched/ctlfile"
 	"zsched/internal/tinyfs"
@@ -126,5 +128,69 @@ func TestUnwrittenDiagRetriedByScan(t *testing.T) {
 	}
 	if _, _, rcpts := readDSN(t, d.spool, dsns[0]); len(rcpts) != 1 || rcpts[0].Get("Final-Recipient") != "rfc822; a@dest.test" {
 		t.Fatalf("DSN recipients %v", rcpts)
+	}
+}
+
+// TestRetryJournalOnFullDisk: lines the retry journal cannot append (a
+// full disk) are kept and appended once there is space, none cut in half,
+// and the failure is logged once, not at every flush.
+func TestRetryJournalOnFullDisk(t *testing.T) {
+	dir := tinyfs.Mount(t, 64<<10)
+	var logged bytes.Buffer
+	j := &journal{path: filepath.Join(dir, "retry"),
+		log: hclog.New(&hclog.LoggerOptions{Output: &logged, Level: hclog.Info})}
+	if err := j.rewrite(); err != nil {
+		t.Fatal(err)
+	}
+	next := time.UnixMilli(1_700_000_000_000)
+	defer1 := func(qid string) {
+		j.deferred(qid, core.Outcome{Offset: 100, Attempts: 2, Retry: 1, Next: next})
+	}
+	defer1("1.before")
+	j.write()
+
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := f.Write(make([]byte, 512)); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	f.Close()
+	// More than the bytes left: the append fails, some of it written.
+	var want []string
+	for i := range 200 {
+		qid := fmt.Sprintf("%d.full", 1000+i)
+		want = append(want, qid)
+		defer1(qid)
+	}
+	j.write()
+	j.write() // a flush with nothing new: the kept lines fail again
+	j.forget('X', "1.before")
+	j.write()
+
+	os.Remove(filler)
+	j.write()
+	m := make(map[string]map[int64]retryRec)
+	data := mustRead(t, j.path)
+	if bad := replayJournal(bytes.NewReader(data), m); bad != 0 {
+		t.Errorf("%d lines of the journal unreadable (cut by the full disk)", bad)
+	}
+	for _, qid := range want {
+		if r, ok := m[qid][100]; !ok || r.attempts != 2 || !r.next.Equal(next) {
+			t.Fatalf("recipient of %s deferred while the disk was full: %+v (%v), want its state kept", qid, r, ok)
+		}
+	}
+	if _, ok := m["1.before"]; ok {
+		t.Error("X of 1.before, recorded while the disk was full, lost")
+	}
+	if n := strings.Count(logged.String(), "cannot append to the retry journal"); n != 1 {
+		t.Errorf("the failure logged %d times, want once:\n%s", n, logged.String())
 	}
 }

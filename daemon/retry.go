@@ -71,7 +71,8 @@ type journal struct {
 	missing bool      // there was no journal at start
 	start   time.Time // when this daemon started
 
-	lines, live int // written since the last compaction; live at it
+	lines, live int  // written since the last compaction; live at it
+	failing     bool // the last write failed (logged once)
 	stop        chan struct{}
 	done        chan struct{}
 }
@@ -198,29 +199,81 @@ func (j *journal) run() {
 	}
 }
 
-// write appends the buffered lines, then compacts when due.
+// write appends the buffered lines, then compacts when due. Lines it
+// cannot append (a full disk, EIO) are kept, ahead of those buffered
+// since, and appended by a later flush: dropped, a deferral would be
+// retried early after a restart, and a flush or a message's end (F, X)
+// forgotten. What a failed write left of them is cut off, so that no line
+// is written in half. The failure is logged once, until a write succeeds.
 func (j *journal) write() {
 	b := j.take()
 	if b == nil {
 		return
 	}
-	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err == nil {
-		_, err = f.Write(b)
-		if cerr := f.Close(); err == nil {
-			err = cerr
+	if err := j.append(b); err != nil {
+		dropped := j.keep(b)
+		if !j.failing {
+			j.failing = true
+			j.log.Error("cannot append to the retry journal; its lines are kept and written again",
+				"file", j.path, "error", err)
 		}
-	}
-	if err != nil {
-		j.log.Error("cannot append to the retry journal", "file", j.path, "error", err)
+		if dropped > 0 {
+			j.log.Warn("retry journal: lines kept too long dropped; their recipients may be retried early after a restart",
+				"file", j.path, "bytes", dropped)
+		}
 		return
+	}
+	if j.failing {
+		j.failing = false
+		j.log.Info("retry journal written again", "file", j.path)
 	}
 	j.lines += bytes.Count(b, []byte{'\n'})
 	if j.lines >= journalCompactMin && j.lines > 2*j.live {
 		if err := j.compact(); err != nil {
+			// Tried again after as many lines more, not at every flush.
+			j.lines = 0
 			j.log.Error("cannot compact the retry journal", "file", j.path, "error", err)
 		}
 	}
+}
+
+// journalKeepMax bounds the lines kept while the journal cannot be
+// written: some 100 000 deferrals.
+const journalKeepMax = 8 << 20
+
+// keep puts b, which could not be written, back ahead of what the loop
+// buffered since; past journalKeepMax it drops b instead and returns its
+// size.
+func (j *journal) keep(b []byte) (dropped int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if len(b)+j.buf.Len() > journalKeepMax {
+		return len(b)
+	}
+	rest := bytes.Clone(j.buf.Bytes())
+	j.buf.Reset()
+	j.buf.Write(b)
+	j.buf.Write(rest)
+	return 0
+}
+
+// append writes b at the end of the journal; a write that fails is cut
+// back off.
+func (j *journal) append(b []byte) error {
+	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		if _, err = f.Write(b); err != nil {
+			f.Truncate(fi.Size())
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // compact rewrites the journal with its live lines only (its goroutine).
