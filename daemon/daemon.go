@@ -268,7 +268,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.intakeStep()
 		d.apply()
 		d.censusCheck(d.now())
-		d.commitHolds() // holds of messages that left the spool (holds.go)
+		d.commitHoldsDue() // holds of messages that left the spool (holds.go)
 		if d.opt.Drain && d.intakeIdle() && d.core.Idle() && d.rm.idle() {
 			d.outcomes.sync() // they come before the summary
 			l := d.core.Latency()

@@ -37,10 +37,11 @@ const holdsHeader = "# zsched holds v1"
 // holdStore is the daemon's holds as on disk; only Run's goroutine
 // touches it.
 type holdStore struct {
-	path  string
-	dests map[core.Dest]time.Time // pattern → when set
-	msgs  map[string]time.Time    // queue id → when set
-	dirty bool                    // changed since the last save (commitHolds)
+	path    string
+	dests   map[core.Dest]time.Time // pattern → when set
+	msgs    map[string]time.Time    // queue id → when set
+	dirty   bool                    // changed since the last save (commitHolds)
+	retryAt time.Time               // a failed save is tried again from then (commitHoldsDue)
 }
 
 func newHoldStore(stateDir string) *holdStore {
@@ -202,7 +203,11 @@ func (d *Daemon) releaseDest(now time.Time, p core.Dest, who []any) control.Repl
 		d.log.Info("release", append([]any{"thread", h.String()}, who...)...)
 	}
 	if err := d.saveHolds(); err != nil {
-		return control.Fail("released " + strings.Join(names, " ") + ", but not on disk: " + err.Error())
+		// Released in core: the file follows when it can be written.
+		d.holds.dirty = true
+		d.holds.retryAt = now.Add(holdsRetry)
+		return control.Fail("released " + strings.Join(names, " ") + ", but not on disk yet (tried again every " +
+			holdsRetry.String() + "): " + err.Error())
 	}
 	return control.OK("released " + strings.Join(names, " "))
 }
@@ -220,14 +225,35 @@ func (d *Daemon) saveHolds() error {
 	return nil
 }
 
+// holdsRetry is how often the loop tries again to save holds that a save
+// could not write.
+const holdsRetry = 10 * time.Second
+
 // commitHolds saves the holds if they changed: once for a batch of
-// message holds, before the command answers.
+// message holds, before the command answers. A save that fails leaves
+// them changed: what is in core (a message held, or released) must reach
+// the file before a restart reads it, so the loop tries again
+// (commitHoldsDue).
 func (d *Daemon) commitHolds() error {
 	if d.holds == nil || !d.holds.dirty {
 		return nil
 	}
+	if err := d.saveHolds(); err != nil {
+		d.holds.retryAt = d.now().Add(holdsRetry)
+		return fmt.Errorf("not kept on disk (in core it is; the save is tried again every %v): %w", holdsRetry, err)
+	}
 	d.holds.dirty = false
-	return d.saveHolds()
+	return nil
+}
+
+// commitHoldsDue is the loop's commitHolds, at each turn: the holds of
+// messages that left the spool, and a failed save again every holdsRetry
+// rather than at every turn.
+func (d *Daemon) commitHoldsDue() {
+	if d.holds == nil || !d.holds.dirty || d.now().Before(d.holds.retryAt) {
+		return
+	}
+	d.commitHolds()
 }
 
 // msgHeld reports whether a message hold is kept for qid.
