@@ -362,8 +362,8 @@ func (d *Daemon) describe(now time.Time, o onDisk) mailq.Message {
 			qr.State, qr.Reason = mailq.StateUnrouted, "no clause selects its channel/host"
 		case d.cfg.Clauses[ci].QueueOnly:
 			qr.State, qr.Reason = mailq.StateETRN, "queueonly destination: waiting for ETRN"
-		case kept && rec.next.After(now):
-			u := rec.next.UTC()
+		case kept && rec.due(now).After(now):
+			u := rec.due(now).UTC()
 			qr.State, qr.Until, qr.Reason = mailq.StateDeferred, &u, "deferred: its own retry time"
 		}
 		q.Recipients = append(q.Recipients, qr)

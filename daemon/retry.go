@@ -3,12 +3,14 @@ package daemon
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +30,14 @@ import (
 //	D <queue id> <rcpt offset> <attempts> <retry index> <next, Unix ms>
 //	X <queue id>          the message left the spool (completed, killed)
 //	F <queue id>          the operator flushed it: due now
+//	# at <Unix ms>        when the lines after it were written
+//
+// The times are the wall clock's, which may step back (an hour, a clock
+// set by hand): a next time written before such a step would keep its
+// recipient waiting that much longer after a restart. So each write
+// starts with the time it was written, a comment to a reader that does not
+// know it; a start whose clock is behind the time a record was written
+// gives that recipient the wait the record asked for, counted from now.
 //
 // The loop only appends lines to a buffer; a goroutine writes the buffer
 // every journalFlush (a SIGKILL loses at most that much retry state: those
@@ -55,12 +65,28 @@ const journalCompactMin = 100000
 type retryRec struct {
 	attempts, retry int
 	next            time.Time
+	at              time.Time // when it was written ("# at"); zero if not known
 }
+
+// due is when the recipient is due again, as seen at now: next, unless
+// the clock is now behind the time the record was written (it stepped
+// back), when the wait the record asked for counts from now instead.
+func (r retryRec) due(now time.Time) time.Time {
+	if !r.at.IsZero() && now.Before(r.at) {
+		return now.Add(r.next.Sub(r.at))
+	}
+	return r.next
+}
+
+// stampPrefix starts the comment line that says when the lines after it
+// were written.
+const stampPrefix = "# at "
 
 // journal is the retry journal of one daemon.
 type journal struct {
 	path string
 	log  hclog.Logger
+	now  func() time.Time // the daemon's clock, as New had it: the stamps' ("# at")
 
 	mu  sync.Mutex
 	buf bytes.Buffer // lines the loop appended, not yet written
@@ -79,7 +105,7 @@ type journal struct {
 
 // loadJournal replays the journal. Called by New, before any read.
 func (d *Daemon) loadJournal() {
-	j := &journal{path: filepath.Join(d.spool.StateDir(), "retry"), log: d.log,
+	j := &journal{path: filepath.Join(d.spool.StateDir(), "retry"), log: d.log, now: d.now,
 		replay: make(map[string]map[int64]retryRec), start: d.now(),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	d.retry = j
@@ -111,12 +137,20 @@ func (d *Daemon) loadJournal() {
 }
 
 // replayJournal reads journal lines into m; it returns how many it could
-// not read. The last record of a recipient wins; X and F forget a message.
+// not read. The last record of a recipient wins; X and F forget a message;
+// a record takes the time of the "# at" line before it.
 func replayJournal(r io.Reader, m map[string]map[int64]retryRec) (bad int) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 1<<16)
+	var at time.Time
 	for sc.Scan() {
 		line := sc.Text()
+		if ms, ok := strings.CutPrefix(line, stampPrefix); ok {
+			if v, err := strconv.ParseInt(ms, 10, 64); err == nil {
+				at = time.UnixMilli(v)
+			}
+			continue
+		}
 		if line == "" || line[0] == '#' {
 			continue
 		}
@@ -138,7 +172,7 @@ func replayJournal(r io.Reader, m map[string]map[int64]retryRec) (bad int) {
 				rs = make(map[int64]retryRec)
 				m[f[1]] = rs
 			}
-			rs[off] = retryRec{attempts: att, retry: ri, next: time.UnixMilli(ms)}
+			rs[off] = retryRec{attempts: att, retry: ri, next: time.UnixMilli(ms), at: at}
 		default:
 			bad++ // a line cut by a crash, most likely
 		}
@@ -210,7 +244,7 @@ func (j *journal) write() {
 	if b == nil {
 		return
 	}
-	if err := j.append(b); err != nil {
+	if err := j.append(j.stamp(b)); err != nil {
 		dropped := j.keep(b)
 		if !j.failing {
 			j.failing = true
@@ -257,6 +291,15 @@ func (j *journal) keep(b []byte) (dropped int) {
 	return 0
 }
 
+// stamp returns b after a line with the time it is written.
+func (j *journal) stamp(b []byte) []byte {
+	if j.now == nil {
+		return b
+	}
+	s := strconv.AppendInt([]byte(stampPrefix), j.now().UnixMilli(), 10)
+	return append(append(s, '\n'), b...)
+}
+
 // append writes b at the end of the journal; a write that fails is cut
 // back off.
 func (j *journal) append(b []byte) error {
@@ -301,13 +344,34 @@ func (j *journal) rewrite() error {
 	return writeAtomic(j.path, data)
 }
 
+// formatJournal writes m as a whole journal, each record after the "# at"
+// line of the time it was written, so that a rewrite keeps them.
 func formatJournal(m map[string]map[int64]retryRec) []byte {
-	var b bytes.Buffer
-	b.WriteString(journalHeader + "\n")
+	type line struct {
+		qid string
+		off int64
+		r   retryRec
+	}
+	var ls []line
 	for qid, rs := range m {
 		for off, r := range rs {
-			fmt.Fprintf(&b, "D %s %d %d %d %d\n", qid, off, r.attempts, r.retry, r.next.UnixMilli())
+			ls = append(ls, line{qid, off, r})
 		}
+	}
+	slices.SortFunc(ls, func(a, b line) int {
+		return cmp.Or(a.r.at.Compare(b.r.at), strings.Compare(a.qid, b.qid), cmp.Compare(a.off, b.off))
+	})
+	var b bytes.Buffer
+	b.WriteString(journalHeader + "\n")
+	var at time.Time
+	for _, l := range ls {
+		if !l.r.at.Equal(at) { // the unknown (zero) first: no stamp before them
+			at = l.r.at
+			if !at.IsZero() {
+				fmt.Fprintf(&b, "%s%d\n", stampPrefix, at.UnixMilli())
+			}
+		}
+		fmt.Fprintf(&b, "D %s %d %d %d %d\n", l.qid, l.off, l.r.attempts, l.r.retry, l.r.next.UnixMilli())
 	}
 	return b.Bytes()
 }
@@ -345,8 +409,8 @@ func (d *Daemon) restoreRetry(a *core.Arrival, qid string, arrival time.Time) {
 			found = true
 			g.Attempts = max(g.Attempts, rec.attempts)
 			g.Retry = max(g.Retry, rec.retry)
-			if rec.next.After(g.Next) {
-				g.Next = rec.next
+			if next := rec.due(now); next.After(g.Next) {
+				g.Next = next
 			}
 		}
 		spread := d.retrySpread(g.Channel, g.Host)

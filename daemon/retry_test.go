@@ -1,11 +1,15 @@
 package daemon
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"zsched/core"
+	"zsched/ctlfile"
 )
 
 // TestJournalReplay: the last record of a recipient wins; X (gone) and F
@@ -27,8 +31,8 @@ D 4.d 2
 		t.Fatalf("%d bad lines, want 1", bad)
 	}
 	want := map[string]map[int64]retryRec{
-		"1.a": {100: {2, 1, time.UnixMilli(2000)}, 200: {1, 0, time.UnixMilli(1500)}},
-		"4.d": {100: {3, 2, time.UnixMilli(4000)}},
+		"1.a": {100: {attempts: 2, retry: 1, next: time.UnixMilli(2000)}, 200: {attempts: 1, next: time.UnixMilli(1500)}},
+		"4.d": {100: {attempts: 3, retry: 2, next: time.UnixMilli(4000)}},
 	}
 	if len(m) != len(want) {
 		t.Fatalf("replayed %v, want %v", m, want)
@@ -87,5 +91,77 @@ func TestHoldsFile(t *testing.T) {
 	}
 	if errs := back.parse([]byte("something else\n")); len(errs) != 1 {
 		t.Fatal("a foreign file was read")
+	}
+}
+
+// TestRetryAfterClockStepBack: a deferred recipient's kept retry time is
+// wall-clock time; when the clock is an hour behind the time the journal
+// was written at the next start (it was stepped back), the recipient
+// waits what it was asked to wait, from now, not that plus the hour.
+func TestRetryAfterClockStepBack(t *testing.T) {
+	d := intakeDaemon(t, "", 100, 100, 1, 1, false)
+	t.Cleanup(d.close)
+	ents, err := os.ReadDir(d.spool.TransportDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f *ctlfile.File
+	for _, e := range ents {
+		if ctlfile.IsControlPath(e.Name()) {
+			if f, _, err = d.spool.Peek(e.Name()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if f == nil {
+		t.Fatal("no message queued")
+	}
+	// The journal a run wrote at t0, its clock right: due again in 20 s.
+	t0 := time.Now().Truncate(time.Millisecond)
+	d.retry.close()
+	journal := fmt.Sprintf("%s\n%s%d\nD %s %d 2 1 %d\n", journalHeader, stampPrefix, t0.UnixMilli(),
+		f.QueueID(), f.Rcpts[0].Offset, t0.Add(20*time.Second).UnixMilli())
+	if err := os.WriteFile(filepath.Join(d.spool.StateDir(), "retry"), []byte(journal), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(-time.Hour) // the clock stepped back an hour; the scheduler starts again
+	d.now = func() time.Time { return now }
+	d.loadJournal()
+	d.startScan(now)
+	for range 4 {
+		step(d)
+	}
+	mv, err := d.core.Message(now, f.QueueID())
+	if err != nil || len(mv.Vertices) != 1 {
+		t.Fatalf("message in core: %+v, %v", mv, err)
+	}
+	v := mv.Vertices[0]
+	if v.Attempts != 2 {
+		t.Errorf("attempts %d, want the 2 kept", v.Attempts)
+	}
+	if until := v.Why.Until.Sub(now); until <= 0 || until > 20*time.Second {
+		t.Fatalf("due again in %v (%s until %v), want within the 20 s the journal asked for", until, v.Why.Reason, v.Why.Until)
+	}
+	// The rewrite at start keeps the time it was written.
+	m := make(map[string]map[int64]retryRec)
+	replayJournal(strings.NewReader(string(mustRead(t, filepath.Join(d.spool.StateDir(), "retry")))), m)
+	if r := m[f.QueueID()][f.Rcpts[0].Offset]; !r.at.Equal(t0) {
+		t.Errorf("rewritten record written at %v, want %v", r.at, t0)
+	}
+}
+
+// TestJournalStampsWrites: each write says when it was written, and a
+// record replayed takes that time.
+func TestJournalStampsWrites(t *testing.T) {
+	t0 := time.UnixMilli(1_700_000_000_123)
+	j := &journal{path: filepath.Join(t.TempDir(), "retry"), now: func() time.Time { return t0 }}
+	j.deferred("1.a", core.Outcome{Offset: 100, Attempts: 1, Next: t0.Add(time.Minute)})
+	j.write()
+	m := make(map[string]map[int64]retryRec)
+	if bad := replayJournal(strings.NewReader(string(mustRead(t, j.path))), m); bad != 0 {
+		t.Fatalf("%d bad lines", bad)
+	}
+	if r := m["1.a"][100]; !r.at.Equal(t0) || !r.next.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("replayed %+v, want written at %v", r, t0)
 	}
 }
