@@ -37,7 +37,9 @@ import (
 //     ../shared/tools/zmailer-mkmsg.py writes it): the body to
 //     queue/.tmp…, renamed to queue/<its inode>, the control file to
 //     transport/.<inode>, renamed to transport/<inode>; half announced
-//     with a NEW datagram, half left to the scan;
+//     with a NEW datagram, half left to the scan; one message in 40 the
+//     other way round, its body renamed into queue/ up to 3 s after its
+//     control file (a writer that does not keep ZMailer's order);
 //   - agents (lab/soakagent) that die at start, fork children that outlive
 //     them, crash mid-job, hang, and spew lines that are not protocol; a
 //     channel whose command is /bin/false;
@@ -49,7 +51,9 @@ import (
 //     matcher), ETRN, mailq;
 //   - SIGSTOP and SIGCONT of the scheduler, and descriptor pressure: the
 //     scheduler runs with 1024 descriptors, and idle connections to its
-//     metrics listener and control socket are opened by the thousand.
+//     metrics listener and control socket are opened by the thousand;
+//   - with SIGKILL, the scheduler killed every 40–70 s and started again
+//     (its agents, and their children, left to end on their own).
 type Soak struct {
 	Duration  time.Duration // the battery
 	Drain     time.Duration // at most this long for the final drain
@@ -57,6 +61,7 @@ type Soak struct {
 	Writers   int           // router-style writer goroutines
 	Seed      uint64
 	Feed      string    // the clauses' feed ("thread", "message"); "" the default
+	SIGKILL   bool      // kill the scheduler now and then during the battery (it is started again)
 	Scheduler string    // the scheduler program
 	Agent     string    // the lab/soakagent program
 	Dir       string    // work directory: the postoffice, logs, configuration; kept
@@ -72,6 +77,8 @@ type SoakResult struct {
 	Malformed, Huge, FIFOs   int
 	Commands                 map[string]int // operator commands sent, by kind
 	Stops, Pressures         int
+	SIGKILLs                 int   // sent during the battery (each a restart)
+	LateBodies               int   // messages whose body came after their control file
 	Restarts                 int   // the scheduler died during the battery and was started again
 	AgentStarts              int64 // agents the scheduler started (its counter; since the last restart); -1 unknown
 	Leftover                 int   // agent processes alive after the scheduler stopped
@@ -191,7 +198,8 @@ type soakRun struct {
 	sched   *proc
 	battery bool // the battery runs: a dead scheduler is restarted
 	maxCtl  time.Duration
-	held    []string // the RELEASE lines of holds not yet released ("RELEASE THREAD smtp/h", "RELEASE MSG 123")
+	held    []string       // the RELEASE lines of holds not yet released ("RELEASE THREAD smtp/h", "RELEASE MSG 123")
+	late    sync.WaitGroup // bodies still to be renamed into queue/ (writeLate)
 }
 
 // hosts: ordinary ones, and a few 59-character ones that make a naive glob
@@ -232,7 +240,7 @@ func RunSoak(ctx context.Context, s Soak) (SoakResult, error) {
 	for i := range s.Writers {
 		wg.Go(func() { r.writer(bctx, i) })
 	}
-	for i, f := range []func(context.Context, *rand.Rand){r.hostileFiles, r.operator, r.stopper, r.pressure, r.prober} {
+	for i, f := range []func(context.Context, *rand.Rand){r.hostileFiles, r.operator, r.stopper, r.pressure, r.prober, r.killer} {
 		rng := rand.New(rand.NewPCG(s.Seed, uint64(i+1)))
 		wg.Go(func() { f(bctx, rng) })
 	}
@@ -240,6 +248,7 @@ func RunSoak(ctx context.Context, s Soak) (SoakResult, error) {
 	<-bctx.Done()
 	cancel()
 	wg.Wait()
+	r.late.Wait()
 	r.mu.Lock()
 	r.battery = false
 	r.mu.Unlock()
@@ -523,6 +532,15 @@ func every(ctx context.Context, rng *rand.Rand, lo, hi time.Duration, f func()) 
 // control file's name: the body's inode number, or that with suffix (the
 // decoys). rcpts are "channel host user".
 func writeZMailer(po, tmpTag string, rcpts [][3]string, suffix string) (string, error) {
+	name, _, err := writeOrdered(po, tmpTag, rcpts, suffix, true)
+	return name, err
+}
+
+// writeOrdered is writeZMailer; with bodyFirst false, it writes the
+// control file while the body is still under its temporary name (which
+// keeps the inode, the control file's name, from reuse), and returns the
+// rename that puts the body in place, for the caller to do later.
+func writeOrdered(po, tmpTag string, rcpts [][3]string, suffix string, bodyFirst bool) (string, func() error, error) {
 	const sender = "soak@example.org"
 	var to []string
 	for _, rc := range rcpts {
@@ -534,18 +552,25 @@ func writeZMailer(po, tmpTag string, rcpts [][3]string, suffix string) (string, 
 	tmp := filepath.Join(po, "queue", ".tmp"+tmpTag)
 	if err := os.WriteFile(tmp, []byte(head+"A soak body.\n.leading dot line\n"), 0o644); err != nil {
 		os.Remove(tmp)
-		return "", err
+		return "", nil, err
 	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(tmp, &st); err != nil {
 		os.Remove(tmp)
-		return "", err
+		return "", nil, err
 	}
 	ino := strconv.FormatUint(st.Ino, 10)
-	body := filepath.Join(po, "queue", ino)
-	if err := os.Rename(tmp, body); err != nil {
-		os.Remove(tmp)
-		return "", err
+	final := filepath.Join(po, "queue", ino)
+	placeBody := func() error { return os.Rename(tmp, final) }
+	body := final // what to remove should the control file fail
+	if bodyFirst {
+		if err := placeBody(); err != nil {
+			os.Remove(tmp)
+			return "", nil, err
+		}
+		placeBody = nil
+	} else {
+		body = tmp // until placeBody
 	}
 	msgid := "<" + ino + ".soak@example.org>"
 	var b strings.Builder
@@ -559,13 +584,33 @@ func writeZMailer(po, tmpTag string, rcpts [][3]string, suffix string) (string, 
 	if err := os.WriteFile(dot, []byte(b.String()), 0o644); err != nil {
 		os.Remove(dot)
 		os.Remove(body)
-		return "", err
+		return "", nil, err
 	}
 	if err := os.Rename(dot, filepath.Join(po, "transport", name)); err != nil {
 		os.Remove(dot)
 		os.Remove(body)
+		return "", nil, err
+	}
+	return name, placeBody, nil
+}
+
+// writeLate queues a message with its control file first and its body
+// renamed into queue/ after delay (in the background: r.late): the order
+// ZMailer's router never uses, which a scheduler must survive all the same.
+func (r *soakRun) writeLate(tmpTag string, rcpts [][3]string, delay time.Duration) (string, error) {
+	name, placeBody, err := writeOrdered(r.po, tmpTag, rcpts, "", false)
+	if err != nil {
 		return "", err
 	}
+	r.mu.Lock()
+	r.res.LateBodies++
+	r.mu.Unlock()
+	r.late.Go(func() {
+		time.Sleep(delay)
+		if err := placeBody(); err != nil {
+			r.logf("soak: late body: %v", err)
+		}
+	})
 	return name, nil
 }
 
@@ -594,7 +639,13 @@ func (r *soakRun) writer(ctx context.Context, id int) {
 			rcpts = append(rcpts, [3]string{ch, host, u})
 			users = append(users, u)
 		}
-		name, err := writeZMailer(r.po, fmt.Sprintf("%d-%d", id, seq), rcpts, "")
+		var name string
+		var err error
+		if rng.IntN(40) == 0 {
+			name, err = r.writeLate(fmt.Sprintf("%d-%d", id, seq), rcpts, time.Duration(rng.IntN(3000))*time.Millisecond)
+		} else {
+			name, err = writeZMailer(r.po, fmt.Sprintf("%d-%d", id, seq), rcpts, "")
+		}
 		if err != nil {
 			r.logf("soak: writer %d: %v", id, err)
 			continue
@@ -904,6 +955,20 @@ func (r *soakRun) pressure(ctx context.Context, rng *rand.Rand) {
 	})
 }
 
+// killer sends the scheduler SIGKILL every 40–70 s, when the soak has
+// SIGKILL; watchScheduler starts it again.
+func (r *soakRun) killer(ctx context.Context, rng *rand.Rand) {
+	if !r.s.SIGKILL {
+		return
+	}
+	every(ctx, rng, 40*time.Second, 70*time.Second, func() {
+		r.signal(syscall.SIGKILL)
+		r.mu.Lock()
+		r.res.SIGKILLs++
+		r.mu.Unlock()
+	})
+}
+
 // prober times a cheap control command every second: the longest wait is
 // how long the scheduler's loop was unavailable (a SIGSTOP counts too).
 func (r *soakRun) prober(ctx context.Context, rng *rand.Rand) {
@@ -1063,8 +1128,8 @@ func (res SoakResult) Report(w io.Writer, s Soak) {
 		feed = "thread (the default)"
 	}
 	fmt.Fprintf(w, "soak: %v of the battery, seed %d, feed %s; work directory %s\n", s.Duration, s.Seed, feed, s.Dir)
-	fmt.Fprintf(w, "queued by the router writers: %d messages, %d recipients (%d messages killed by the operator)\n",
-		res.Messages, res.Recipients, res.Killed)
+	fmt.Fprintf(w, "queued by the router writers: %d messages, %d recipients (%d messages killed by the operator; %d with the body after the control file)\n",
+		res.Messages, res.Recipients, res.Killed, res.LateBodies)
 	fmt.Fprintf(w, "hostile files: %d decoys (123.tmp, .bak…), %d malformed, %d huge, %d FIFOs; %d files in bad/\n",
 		res.OddQueued, res.Malformed, res.Huge, res.FIFOs, res.BadFiles)
 	var cmds []string
@@ -1072,7 +1137,7 @@ func (res SoakResult) Report(w io.Writer, s Soak) {
 		cmds = append(cmds, fmt.Sprintf("%s %d", k, n))
 	}
 	sort.Strings(cmds)
-	fmt.Fprintf(w, "operator: %s; SIGSTOP %d×; descriptor pressure %d×\n", strings.Join(cmds, ", "), res.Stops, res.Pressures)
+	fmt.Fprintf(w, "operator: %s; SIGSTOP %d×; SIGKILL %d×; descriptor pressure %d×\n", strings.Join(cmds, ", "), res.Stops, res.SIGKILLs, res.Pressures)
 	drained := "everything settled"
 	if !res.Drained {
 		drained = "stopped at its limit or after a minute without progress"

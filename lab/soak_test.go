@@ -91,3 +91,30 @@ func TestReadDeliveries(t *testing.T) {
 		t.Fatalf("%v %v", d, err)
 	}
 }
+
+// A message written the other way round: its control file is there before
+// its body, which the returned rename puts where the control file says.
+func TestWriteOrderedBodyLast(t *testing.T) {
+	po := t.TempDir()
+	for _, d := range []string{"queue", "transport"} {
+		if err := os.Mkdir(filepath.Join(po, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name, placeBody, err := writeOrdered(po, "t", [][3]string{{"smtp", "a.test", "u1@a.test"}}, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(po, "transport", name)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(po, "queue", name)); !os.IsNotExist(err) {
+		t.Fatalf("the body is in place before its rename: %v", err)
+	}
+	if err := placeBody(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(po, "queue", name)); err != nil {
+		t.Fatalf("the body after its rename: %v", err)
+	}
+}

@@ -27,6 +27,7 @@ func soak(args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("dir", "", "work directory (default: a new one under $TMPDIR); kept, with the scheduler's log")
 	sched := fs.String("scheduler", "", "scheduler `program` (default: build ./cmd/scheduler)")
 	feed := fs.String("feed", "", "the clauses' `feed`: thread or message (default: the scheduler's, thread)")
+	sigkill := fs.Bool("sigkill", false, "SIGKILL the scheduler every 40–70 s of the battery (it is started again)")
 	quiet := fs.Bool("q", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -58,6 +59,7 @@ func soak(args []string, stdout, stderr io.Writer) error {
 		Writers:   max(*writers, 1),
 		Seed:      *seed,
 		Feed:      *feed,
+		SIGKILL:   *sigkill,
 		Scheduler: *sched,
 		Agent:     agent,
 		Dir:       *dir,
