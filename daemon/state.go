@@ -135,10 +135,39 @@ func syncDir(dir string) error {
 func (d *Daemon) loadState() {
 	d.state = newStateFile(d.spool.StateDir())
 	if ds := d.state.load(d.log); len(ds) > 0 {
+		if n := stepBack(ds, d.now()); n > 0 {
+			d.log.Warn("learned destination state saved later than now (the clock was stepped back): its times are counted from now",
+				"file", d.state.path, "destinations", n)
+		}
 		n := d.core.Learn(d.now(), ds)
 		d.log.Info("learned destination state restored", "file", d.state.path, "destinations", n, "stale", len(ds)-n)
 	}
 	d.state.next = d.now().Add(stateSaveEvery)
+}
+
+// stepBack moves the times of destinations saved later than now — the
+// wall clock was stepped back since — by as much, as if saved now: a dead
+// destination then waits what it had left to wait, not that plus the
+// step, and a ceiling's age counts from its save. It returns how many it
+// moved.
+func stepBack(ds []core.Destination, now time.Time) int {
+	n := 0
+	for i := range ds {
+		d := &ds[i]
+		if !d.Updated.After(now) {
+			continue
+		}
+		n++
+		by := d.Updated.Sub(now)
+		d.Updated = now
+		if !d.DeadUntil.IsZero() {
+			d.DeadUntil = d.DeadUntil.Add(-by)
+		}
+		if !d.Window.CeilingAt.IsZero() {
+			d.Window.CeilingAt = d.Window.CeilingAt.Add(-by)
+		}
+	}
+	return n
 }
 
 // saveState saves the core's learned destination state now.

@@ -252,3 +252,35 @@ func TestDaemonIgnoresDamagedState(t *testing.T) {
 		t.Fatalf("file after shutdown: %v\n%s", err, b)
 	}
 }
+
+// TestStateAfterClockStepBack: destination state saved an hour later than
+// the clock says at the next start (the clock was stepped back) waits what
+// it had left to wait: a dead destination is not kept dead an hour more.
+func TestStateAfterClockStepBack(t *testing.T) {
+	saved := sample()
+	for i := range saved {
+		d := &saved[i]
+		d.Updated = d.Updated.Add(time.Hour)
+		if !d.DeadUntil.IsZero() {
+			d.DeadUntil = d.DeadUntil.Add(time.Hour)
+		}
+		if !d.Window.CeilingAt.IsZero() {
+			d.Window.CeilingAt = d.Window.CeilingAt.Add(time.Hour)
+		}
+	}
+	var logs bytes.Buffer
+	d, _ := newDaemon(t, statefile.Format(saved), &logs)
+	got := d.Core().Destinations(t0)
+	want := map[string]time.Duration{"dead.example": 17*time.Minute + 123*time.Millisecond}
+	for _, g := range got {
+		if g.Updated.After(t0) {
+			t.Errorf("%s: updated %v, after now %v", g.Host, g.Updated, t0)
+		}
+		if w, ok := want[g.Host]; ok && g.DeadUntil.Sub(t0) != w {
+			t.Errorf("%s: dead for %v more, want %v (what it had left when saved)", g.Host, g.DeadUntil.Sub(t0), w)
+		}
+	}
+	if len(got) != len(saved) {
+		t.Fatalf("restored %d destinations, want %d", len(got), len(saved))
+	}
+}
