@@ -41,7 +41,8 @@ func LockRetryAt(now time.Time, v Verdict) time.Time {
 // Lock is a recipient line of a control file locked by a live process.
 type Lock struct {
 	PID           int
-	Channel, Host string // the recipient's, for its clause's limits
+	Channel, Host string    // the recipient's, for its clause's limits
+	Started       time.Time // when the process started (ctlfile.ProcStart); zero if unknown
 }
 
 // Locks are the live locks of one control file, as a read found them.
@@ -64,14 +65,24 @@ type Verdict struct {
 	StaleAt time.Time // ... when it turns stale (zero if ours)
 }
 
+// startSlack is the doubt in comparing a process's start with a file's
+// status-change time: the kernel takes the one from a clock that may lag
+// by a tick, the other is known to the second (the boot time's).
+const startSlack = time.Second
+
 // JudgeLocks judges the live locks of a control file. A lock whose
 // process lives is nonetheless stale when the process is not one of our
 // agents (ours) — a PID reused, after a reboot or a restart, by another
 // program — and
 //
-//   - the lock is older than the scheduler's start (start): no agent of
-//     this scheduler wrote it, and one of an earlier scheduler's would be
-//     ours no more; or
+//   - the process started after the file last changed (Lock.Started
+//     after Locks.Changed, by more than startSlack): it cannot have
+//     written the lock, its PID was reused; or
+//   - the lock is older than the scheduler's start (start), unless the
+//     process is known to have started before the lock: no agent of this
+//     scheduler wrote it, but one of an earlier scheduler's, left running
+//     by a SIGKILL, may still be delivering it (reset, it would be
+//     delivered twice), and waits for the next rules as any live lock; or
 //   - it is older than its clause's jobtimeout: no agent of ours holds a
 //     line that long without a word, it would have been killed; or
 //   - the message is past its expiry and expiry2, when any recipient
@@ -93,7 +104,10 @@ func JudgeLocks(now, start time.Time, ls Locks, ours func(pid int) bool,
 		if expiry > 0 && !ls.Arrival.IsZero() && ls.Arrival.Add(expiry).Before(at) {
 			at, why = ls.Arrival.Add(expiry), "the message is past expiry and expiry2"
 		}
-		if ls.Changed.Before(start) {
+		switch {
+		case !l.Started.IsZero() && l.Started.After(ls.Changed.Add(startSlack)):
+			at, why = ls.Changed, "its process started after it was written (a PID reused)"
+		case ls.Changed.Before(start) && l.Started.IsZero():
 			at, why = ls.Changed, "older than the scheduler's start"
 		}
 		if !now.Before(at) {

@@ -12,6 +12,7 @@ func TestJudgeLocks(t *testing.T) {
 	limits := func(channel, host string) (time.Duration, time.Duration) { return 10 * time.Minute, 7 * 24 * time.Hour }
 	ours := func(pid int) bool { return pid == 7 }
 	lock := func(pid int) Lock { return Lock{PID: pid, Channel: "smtp", Host: "h"} }
+	started := func(pid int, at time.Time) Lock { return Lock{PID: pid, Channel: "smtp", Host: "h", Started: at} }
 	for _, c := range []struct {
 		name      string
 		now       time.Time
@@ -30,6 +31,19 @@ func TestJudgeLocks(t *testing.T) {
 		{"ours, past jobtimeout", start.Add(time.Hour), start.Add(time.Minute), start, []Lock{lock(7)}, false, time.Time{}, true, 7},
 		{"one of two ours", start.Add(time.Hour), start.Add(time.Minute), start, []Lock{lock(5), lock(7)}, false, time.Time{}, true, 7},
 		{"not ours, message past expiry", start.Add(2 * time.Minute), start.Add(time.Minute), start.Add(-8 * 24 * time.Hour), []Lock{lock(5)}, true, time.Time{}, false, 0},
+		// An earlier scheduler's agent, left running by a SIGKILL, may
+		// still be delivering: it waits for jobtimeout as any live lock.
+		{"not ours, from before the start, its process older", start.Add(time.Second), start.Add(-time.Second), start.Add(-time.Hour),
+			[]Lock{started(5, start.Add(-time.Minute))}, false, start.Add(10*time.Minute - time.Second), false, 5},
+		{"not ours, from before the start, its process older, past jobtimeout", start.Add(10 * time.Minute), start.Add(-time.Second), start.Add(-time.Hour),
+			[]Lock{started(5, start.Add(-time.Minute))}, true, time.Time{}, false, 0},
+		// A process started after the lock did not write it.
+		{"not ours, its process younger than the lock", start.Add(2 * time.Minute), start.Add(time.Minute), start,
+			[]Lock{started(5, start.Add(time.Minute+2*time.Second))}, true, time.Time{}, false, 0},
+		{"not ours, from before the start, its process younger", start.Add(2 * time.Second), start.Add(-time.Second), start.Add(-time.Hour),
+			[]Lock{started(5, start.Add(time.Second+time.Millisecond))}, true, time.Time{}, false, 0},
+		{"not ours, its process a second younger than the lock: in doubt", start.Add(2 * time.Minute), start.Add(time.Minute), start,
+			[]Lock{started(5, start.Add(time.Minute+time.Second))}, false, start.Add(11 * time.Minute), false, 5},
 	} {
 		v := JudgeLocks(c.now, start, Locks{Locks: c.locks, Changed: c.changed, Arrival: c.arrival}, ours, limits)
 		if v.Stale != c.stale || v.Ours != c.ours || !v.StaleAt.Equal(c.staleAt) || (!c.stale && v.PID != c.waitOnPID) {

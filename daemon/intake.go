@@ -725,7 +725,7 @@ func (d *Daemon) locked(now time.Time, rel string, le *ctlfile.LockError) {
 func locksOf(le *ctlfile.LockError) admission.Locks {
 	ls := admission.Locks{Locks: make([]admission.Lock, len(le.Locks)), Changed: le.Changed, Arrival: le.Arrival}
 	for i, l := range le.Locks {
-		ls.Locks[i] = admission.Lock{PID: l.PID, Channel: l.Channel, Host: l.Host}
+		ls.Locks[i] = admission.Lock{PID: l.PID, Channel: l.Channel, Host: l.Host, Started: l.Started}
 	}
 	return ls
 }
