@@ -7,6 +7,7 @@
 //   - forks a child that outlives it holding its standard output;
 //   - crashes mid-job, after reporting some of the job's recipients;
 //   - hangs on a job (locked recipients, no answer: jobtimeout must end it);
+//   - is slow on a job (a remote server that takes seconds), within jobtimeout;
 //   - spews lines that are not protocol, and now and then one of 100 KB.
 //
 // A recipient is recorded only when it is delivered and before its mark,
@@ -35,9 +36,13 @@ const (
 	pFork       = 0.03
 	pCrash      = 0.01
 	pHang       = 0.005
+	pSlow       = 0.02
 	pGarbage    = 0.02
 	pLongLine   = 0.002
 )
+
+// slowFor is how long a slow job takes, less than the soak's jobtimeout.
+const slowFor = 3 * time.Second
 
 // childLife is how long a forked child lives.
 const childLife = 20 * time.Second
@@ -82,6 +87,8 @@ func main() {
 		switch {
 		case hostile(pHang):
 			select {} // locked, silent: jobtimeout's
+		case hostile(pSlow):
+			time.Sleep(slowFor) // locked, delivering
 		case hostile(pGarbage):
 			// Not protocol: the scheduler logs or ignores these lines.
 			fmt.Fprintf(os.Stdout, "soakagent says hello without a tab\n%d/1\t\tfrobnicate not a status word\n", d.File.Inum)
