@@ -807,13 +807,18 @@ func (r *soakRun) operator(ctx context.Context, rng *rand.Rand) {
 	every(ctx, rng, 300*time.Millisecond, time.Second, func() {
 		now := time.Now()
 		for len(releases) > 0 && now.After(releases[0].at) {
-			c.do(releases[0].cmd)
-			r.unheld(releases[0].cmd)
+			// Unanswered (the scheduler killed meanwhile), it may not have
+			// been done: the hold stays on the drain's list.
+			if _, err := c.do(releases[0].cmd); err == nil {
+				r.unheld(releases[0].cmd)
+			}
 			releases = releases[1:]
 			count("release")
 		}
 		hold := func(verb, undo, what string) {
-			if rep, err := c.do(verb + " " + what); err == nil && rep.OK {
+			// A hold answered OK is kept across a kill; one unanswered
+			// may have been kept too: both are released later.
+			if rep, err := c.do(verb + " " + what); err != nil || rep.OK {
 				undo += " " + what
 				r.mu.Lock()
 				r.held = append(r.held, undo)
@@ -859,8 +864,9 @@ func (r *soakRun) operator(ctx context.Context, rng *rand.Rand) {
 		}
 	})
 	for _, rel := range releases {
-		c.do(rel.cmd)
-		r.unheld(rel.cmd)
+		if _, err := c.do(rel.cmd); err == nil {
+			r.unheld(rel.cmd)
+		}
 	}
 }
 
