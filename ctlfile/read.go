@@ -224,9 +224,6 @@ func (brk *LockError) covers(ctl controlStat, r *Rcpt) bool {
 	return slices.ContainsFunc(brk.Locks, func(l Lock) bool { return l.Offset == r.Offset && l.PID == r.PID })
 }
 
-// alive reports whether a process with this PID exists. EPERM means it does
-// (another user's); ESRCH that it does not. A zombie counts as alive until
-// reaped, which only delays the reset.
 // ProcStart returns when process pid started, from /proc (its start in
 // clock ticks after boot, and the boot time, which /proc gives to the
 // second: so the result may be up to a second early); zero when it cannot
@@ -268,6 +265,9 @@ func ProcStart(pid int) time.Time {
 	return time.Time{}
 }
 
+// alive reports whether a process with this PID exists. EPERM means it does
+// (another user's); ESRCH that it does not. A zombie counts as alive until
+// reaped, which only delays the reset.
 func alive(pid int) bool {
 	if pid <= 0 {
 		return false
