@@ -42,7 +42,7 @@ func LockRetryAt(now time.Time, v Verdict) time.Time {
 type Lock struct {
 	PID           int
 	Channel, Host string    // the recipient's, for its clause's limits
-	Started       time.Time // when the process started (ctlfile.ProcStart); zero if unknown
+	Started       time.Time // when the process started (from /proc, by the daemon); zero if unknown
 }
 
 // Locks are the live locks of one control file, as a read found them.

@@ -4,16 +4,13 @@ package ctlfile
 // of stale locks they do.
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"math"
-	"os"
 	"path"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"zsched/internal/rawsys"
@@ -58,10 +55,6 @@ type Lock struct {
 	Offset        int64 // of the r line
 	PID           int
 	Channel, Host string
-	// Started is when the process started (ProcStart), to the second;
-	// zero if unknown. A process started after the lock was written
-	// cannot be the one that wrote it.
-	Started time.Time
 }
 
 // LockError is ErrLiveLock: lines of the file are locked by processes that
@@ -198,7 +191,7 @@ func (s *Spool) read(rel string, shared bool, brk *LockError) (*File, error) {
 		}
 		if alive(r.PID) && !brk.covers(ctl, r) {
 			if !shared {
-				live = append(live, Lock{Offset: r.Offset, PID: r.PID, Channel: r.Channel, Host: r.Host, Started: ProcStart(r.PID)})
+				live = append(live, Lock{Offset: r.Offset, PID: r.PID, Channel: r.Channel, Host: r.Host})
 			}
 			continue
 		}
@@ -222,47 +215,6 @@ func (brk *LockError) covers(ctl controlStat, r *Rcpt) bool {
 		return false
 	}
 	return slices.ContainsFunc(brk.Locks, func(l Lock) bool { return l.Offset == r.Offset && l.PID == r.PID })
-}
-
-// ProcStart returns when process pid started, from /proc (its start in
-// clock ticks after boot, and the boot time, which /proc gives to the
-// second: so the result may be up to a second early); zero when it cannot
-// be told.
-func ProcStart(pid int) time.Time {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return time.Time{}
-	}
-	// "pid (comm) state ppid …": the fields after comm, which may hold
-	// blanks and parentheses; starttime is the 22nd field, the 20th
-	// after comm.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return time.Time{}
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 20 {
-		return time.Time{}
-	}
-	ticks, err := strconv.ParseInt(f[19], 10, 64)
-	if err != nil {
-		return time.Time{}
-	}
-	boot, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return time.Time{}
-	}
-	for line := range strings.Lines(string(boot)) {
-		if v, ok := strings.CutPrefix(line, "btime "); ok {
-			sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return time.Time{}
-			}
-			// USER_HZ is 100 on every Linux architecture Go supports.
-			return time.Unix(sec, 0).Add(time.Duration(ticks) * 10 * time.Millisecond)
-		}
-	}
-	return time.Time{}
 }
 
 // alive reports whether a process with this PID exists. EPERM means it does

@@ -530,24 +530,3 @@ func TestBodyAfterControlFile(t *testing.T) {
 		t.Fatalf("Read once the body came: %v", err)
 	}
 }
-
-// TestProcStart: a process's start time, from /proc, is between the test
-// binary's start (to the second) and now.
-func TestProcStart(t *testing.T) {
-	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("no /proc")
-	}
-	before := time.Now()
-	cmd := exec.Command("sleep", "5")
-	if err := cmd.Start(); err != nil {
-		t.Skip(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	got := ProcStart(cmd.Process.Pid)
-	if got.Before(before.Add(-2*time.Second)) || got.After(time.Now().Add(time.Second)) {
-		t.Fatalf("start of a process started at %v: %v", before, got)
-	}
-	if !ProcStart(-1).IsZero() {
-		t.Error("a start for no process")
-	}
-}

@@ -110,8 +110,11 @@ type Daemon struct {
 	// ownsLock, when set, says whether a PID is one of our agents' for
 	// judging locks (admission.JudgeLocks); nil: one of d.procs.
 	ownsLock func(pid int) bool
-	stopped  bool
-	clock    loopClock // the loop's own CPU time, with Options.LoopThread
+	// procStarted, when set, says when a process started, for judging
+	// locks; nil: procStart (from /proc).
+	procStarted func(pid int) time.Time
+	stopped     bool
+	clock       loopClock // the loop's own CPU time, with Options.LoopThread
 
 	operator operator // control socket and its handlers, reload, metrics (control.go, metrics.go)
 

@@ -690,7 +690,7 @@ func (d *Daemon) readFailed(now time.Time, rel string, err error) {
 // is read again at once, breaking those locks; otherwise later
 // (admission.LockRetryAt).
 func (d *Daemon) locked(now time.Time, rel string, le *ctlfile.LockError) {
-	v := admission.JudgeLocks(now, d.operator.started, locksOf(le), d.ownsPID(), d.lockLimits)
+	v := admission.JudgeLocks(now, d.operator.started, d.locksOf(le), d.ownsPID(), d.lockLimits)
 	if v.Stale {
 		for _, l := range le.Locks {
 			d.log.Warn("lock held by a live process that is not one of our agents judged stale; resetting it",
@@ -721,11 +721,16 @@ func (d *Daemon) locked(now time.Time, rel string, le *ctlfile.LockError) {
 	w.lockPID = v.PID
 }
 
-// locksOf is what admission.JudgeLocks needs of a read's live locks.
-func locksOf(le *ctlfile.LockError) admission.Locks {
+// locksOf is what admission.JudgeLocks needs of a read's live locks, with
+// when each process started (procStart).
+func (d *Daemon) locksOf(le *ctlfile.LockError) admission.Locks {
+	started := d.procStarted
+	if started == nil {
+		started = procStart
+	}
 	ls := admission.Locks{Locks: make([]admission.Lock, len(le.Locks)), Changed: le.Changed, Arrival: le.Arrival}
 	for i, l := range le.Locks {
-		ls.Locks[i] = admission.Lock{PID: l.PID, Channel: l.Channel, Host: l.Host, Started: l.Started}
+		ls.Locks[i] = admission.Lock{PID: l.PID, Channel: l.Channel, Host: l.Host, Started: started(l.PID)}
 	}
 	return ls
 }

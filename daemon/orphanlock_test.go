@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -48,5 +49,26 @@ func TestEarlierAgentsLockWaits(t *testing.T) {
 	why, err := d.why(now, path.Base(rel))
 	if err != nil || len(why) != 1 || !strings.Contains(why[0], "not ours") {
 		t.Fatalf("WHY %s: %q, %v", rel, why, err)
+	}
+}
+
+// TestProcStart: a process's start time, from /proc, is between the test
+// binary's start (to the second) and now.
+func TestProcStart(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	before := time.Now()
+	cmd := exec.Command("sleep", "5")
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	got := procStart(cmd.Process.Pid)
+	if got.Before(before.Add(-2*time.Second)) || got.After(time.Now().Add(time.Second)) {
+		t.Fatalf("start of a process started at %v: %v", before, got)
+	}
+	if !procStart(-1).IsZero() {
+		t.Error("a start for no process")
 	}
 }

@@ -490,8 +490,8 @@ func TestContainment(t *testing.T) {
 
 // testForeignLockBeforeStart (issue 16, item 3): a line locked by a live
 // process that is not one of our agents, since before the scheduler
-// started (a PID reused after a reboot), is stale: the message is
-// delivered and run -drain ends.
+// started (a PID reused after a reboot: a process that started after the
+// lock), is stale: the message is delivered and run -drain ends.
 func testForeignLockBeforeStart(t *testing.T, sink string) {
 	// Locked before the scheduler starts.
 	d, deliveries := containDaemon(t, sink, "", true, func(s *ctlfile.Spool) {
@@ -509,6 +509,8 @@ func testForeignLockBeforeStart(t *testing.T, sink string) {
 		}
 		h.Close()
 	})
+	// The lock's PID (this test's) taken for a process started after it.
+	d.procStarted = func(int) time.Time { return time.Now().Add(time.Hour) }
 	drain(t, d, nil)
 	if got := readDeliveredUsers(t, deliveries); got["u@a.test"] != 1 {
 		t.Fatalf("deliveries %v, want u@a.test once", got)
