@@ -110,15 +110,25 @@ func (d *Daemon) loadJournal() {
 		stop: make(chan struct{}), done: make(chan struct{})}
 	d.retry = j
 	f, err := os.Open(j.path)
+	bad := 0
+	if err == nil {
+		bad, err = replayJournalErr(f, j.replay)
+		f.Close()
+	}
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		j.missing = true
-	case err != nil:
-		d.log.Error("cannot read the retry journal; deferred mail is spread over its retry interval", "file", j.path, "error", err)
+	case err != nil && !errors.Is(err, bufio.ErrTooLong):
+		// Left as it is, as the holds file: rewritten with what was read
+		// of it, the rest would be lost for good, while it may read whole
+		// once the fault is fixed (at the next start). What was read
+		// applies; the rest is spread.
+		d.log.Error("cannot read the retry journal; what was not read is spread over its retry interval, and the file is left as it is",
+			"file", j.path, "error", err, "messages_read", len(j.replay))
 		j.missing = true
-	default:
-		bad := replayJournal(f, j.replay)
-		f.Close()
+		go j.run()
+		return
+	default: // a line too long ends the read: what follows is damage
 		if bad > 0 {
 			d.log.Warn("retry journal: lines skipped", "file", j.path, "lines", bad)
 		}
@@ -140,6 +150,13 @@ func (d *Daemon) loadJournal() {
 // not read. The last record of a recipient wins; X and F forget a message;
 // a record takes the time of the "# at" line before it.
 func replayJournal(r io.Reader, m map[string]map[int64]retryRec) (bad int) {
+	bad, _ = replayJournalErr(r, m)
+	return bad
+}
+
+// replayJournalErr is replayJournal, with the error that ended the read
+// early (nil at the end of the file).
+func replayJournalErr(r io.Reader, m map[string]map[int64]retryRec) (bad int, err error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 1<<16)
 	var at time.Time
@@ -177,7 +194,7 @@ func replayJournal(r io.Reader, m map[string]map[int64]retryRec) (bad int) {
 			bad++ // a line cut by a crash, most likely
 		}
 	}
-	return bad
+	return bad, sc.Err()
 }
 
 // deferred records a deferral outcome (on the loop: a buffered append).

@@ -165,3 +165,23 @@ func TestJournalStampsWrites(t *testing.T) {
 		t.Fatalf("replayed %+v, want written at %v", r, t0)
 	}
 }
+
+// TestUnreadableJournalLeftAlone: a retry journal that cannot be read at
+// start (here a symbolic link to itself: ELOOP, as an EIO would) is left
+// as it is, not replaced by what could be read of it (nothing): it may be
+// read whole once the fault is fixed.
+func TestUnreadableJournalLeftAlone(t *testing.T) {
+	d := intakeDaemon(t, "", 100, 100, 0, 1, false)
+	t.Cleanup(d.close)
+	d.retry.close()
+	path := filepath.Join(d.spool.StateDir(), "retry")
+	os.Remove(path)
+	if err := os.Symlink("retry", path); err != nil {
+		t.Fatal(err)
+	}
+	d.loadJournal()
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the unreadable journal was replaced: %v, %v", fi.Mode(), err)
+	}
+}
