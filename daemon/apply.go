@@ -35,6 +35,9 @@ func (d *Daemon) apply() {
 			}
 		}
 		d.write(r.Writes)
+		// One clock read for the batch (not one a job line, a recipient):
+		// the lines' dispatch latency, the re-reads and the failed starts.
+		now := d.now()
 		for _, w := range r.Writes {
 			if p := d.procs[w.Agent]; p != nil {
 				if n := p.Backlog(); n > maxBacklog {
@@ -45,7 +48,7 @@ func (d *Daemon) apply() {
 					p.Kill(killGrace)
 				}
 				if !w.Due.IsZero() {
-					d.operator.metrics.dispatched(d.now().Sub(w.Due))
+					d.operator.metrics.dispatched(now.Sub(w.Due))
 				}
 			}
 		}
@@ -81,7 +84,6 @@ func (d *Daemon) apply() {
 		if d.opt.OnBatch != nil {
 			d.opt.OnBatch(&r)
 		}
-		now := d.now()
 		for _, rr := range r.Rereads {
 			d.reread(now, rr)
 		}
