@@ -323,7 +323,10 @@ func (d *Daemon) lastUnwritten() {
 func (d *Daemon) logOutcome(o core.Outcome) {
 	d.operator.metrics.outcome(o.Status)
 	pid := d.agentPid(o.Agent)
-	qid := d.qid(o.Path)
+	qid := o.QID // the core's: no lookup by the path (d.qid) a recipient
+	if qid == "" {
+		qid = d.qid(o.Path)
+	}
 	d.retry.deferred(qid, o) // retry.go: kept across a restart
 	if d.outcomes != nil {
 		d.outcomes.add(o, qid, pid, d.statelog)
