@@ -199,7 +199,10 @@ func poke(c chan struct{}) {
 func removeLogged(log hclog.Logger, noise *rateLog, now func() time.Time, m ctlfile.Files, done string, err error) {
 	rel := m.Rel
 	if err == nil {
-		log.Info(done, "msg", m.Control.QueueID(path.Base(rel)))
+		qid := m.Control.QueueID(path.Base(rel))
+		if !infoPlain(log, done, "msg", qid) {
+			log.Info(done, "msg", qid)
+		}
 		return
 	}
 	ok, n := noise.allow("remove:"+rel, now())
