@@ -352,3 +352,56 @@ func TestInfoPlain(t *testing.T) {
 		t.Errorf("a logger without a plain output: written")
 	}
 }
+
+// lineRecorder is a plain output that takes several lines in a call
+// (lineWriter), as cmd/scheduler's log buffer: it records the lines in
+// order, and the calls.
+type lineRecorder struct {
+	mu          sync.Mutex
+	b           bytes.Buffer
+	writes, lws int
+}
+
+func (r *lineRecorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writes++
+	return r.b.Write(p)
+}
+
+func (r *lineRecorder) WriteLines(p []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lws++
+	r.b.Write(p)
+}
+
+// TestOutcomeLogLinesBatched: with an output that takes several lines in a
+// call, the writer hands over a batch's plain lines in one call, and a
+// line left to hclog (a text with a quote) comes out in its place, the
+// lines before it handed over first.
+func TestOutcomeLogLinesBatched(t *testing.T) {
+	var rec, ref lineRecorder
+	opts := func(w io.Writer) *hclog.LoggerOptions {
+		return &hclog.LoggerOptions{Name: "zsched", Level: hclog.Info, Output: w, DisableTime: true}
+	}
+	l := newOutcomeLog(plainOutLogger{hclog.New(opts(&rec)), &rec})
+	refLine, refLog := newOutcomeLine(), hclog.New(opts(&ref))
+	for i := range 6 {
+		o := core.Outcome{Path: fmt.Sprintf("A/%d", i), Offset: int64(i), User: "u@d.test", Status: "ok",
+			Channel: "smtp", Host: "d.test", Text: "delivered"}
+		if i == 3 {
+			o.Text = `said "no"`
+		}
+		l.add(o, fmt.Sprintf("Q%d", i), 100, nil)
+		refLine.write(refLog, nil, nil, &o, fmt.Sprintf("Q%d", i), 100)
+	}
+	l.sync()
+	l.close()
+	if rec.b.String() != ref.b.String() {
+		t.Errorf("lines:\n%s\nwant:\n%s", rec.b.String(), ref.b.String())
+	}
+	if rec.lws != 2 || rec.writes != 1 {
+		t.Errorf("%d calls of WriteLines and %d of Write, want 2 (the three lines before hclog's, the two after) and 1 (hclog's)", rec.lws, rec.writes)
+	}
+}
