@@ -88,6 +88,7 @@ type Diag struct {
 // Outcome is one recipient's result of one attempt: the line operators grep.
 type Outcome struct {
 	Path     string
+	QID      string // the message's queue id (vertex.Message.QID), what the line names it by
 	Inum     int64
 	Offset   int64
 	User     string

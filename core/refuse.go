@@ -29,7 +29,7 @@ func (s *Core) refuse(m *vertex.Message, r Refusal, now time.Time) {
 	s.diag(m, vertex.Rcpt{Offset: r.Offset, User: r.User, Notify: r.Notify}, n, r.Text)
 	s.stats.Failed++
 	s.ready.Outcomes = append(s.ready.Outcomes, Outcome{
-		Path: m.Path, Inum: m.Inum, Offset: r.Offset, User: r.User,
+		Path: m.Path, QID: m.QID, Inum: m.Inum, Offset: r.Offset, User: r.User,
 		Channel: r.Channel, Host: r.Host, Status: "refused",
 		Delay: now.Sub(m.Arrival), Text: r.Text,
 	})

@@ -232,7 +232,7 @@ func (s *Core) complete(m *vertex.Message) {
 
 func (s *Core) outcome(a *agent, v *vertex.Vertex, r vertex.Rcpt, status, text string, now, next time.Time) {
 	s.ready.Outcomes = append(s.ready.Outcomes, Outcome{
-		Path: v.Msg.Path, Inum: v.Msg.Inum, Offset: r.Offset, User: r.User,
+		Path: v.Msg.Path, QID: v.Msg.QID, Inum: v.Msg.Inum, Offset: r.Offset, User: r.User,
 		Channel: v.Channel, Host: v.Host, Agent: a.id, Status: status,
 		Delay: now.Sub(v.Msg.Arrival), Attempts: int(v.Attempts), Retry: int(v.Retry), Next: next, Text: text,
 	})
@@ -314,7 +314,7 @@ func (s *Core) Reread(now time.Time, inum int64, a *Arrival) {
 			if !pending[v.Rcpts[i].Offset] {
 				r := s.dropRcpt(v, i)
 				s.ready.Outcomes = append(s.ready.Outcomes, Outcome{
-					Path: m.Path, Inum: m.Inum, Offset: r.Offset, User: r.User,
+					Path: m.Path, QID: m.QID, Inum: m.Inum, Offset: r.Offset, User: r.User,
 					Channel: v.Channel, Host: v.Host, Status: "gone",
 					Delay: now.Sub(m.Arrival), Attempts: int(v.Attempts),
 					Text: "no longer pending in the control file",

@@ -136,7 +136,7 @@ func (s *Core) expire(v *vertex.Vertex, now time.Time) {
 		s.diag(v.Msg, r, n, text)
 		s.stats.Expired++
 		s.ready.Outcomes = append(s.ready.Outcomes, Outcome{
-			Path: v.Msg.Path, Inum: v.Msg.Inum, Offset: r.Offset, User: r.User,
+			Path: v.Msg.Path, QID: v.Msg.QID, Inum: v.Msg.Inum, Offset: r.Offset, User: r.User,
 			Channel: v.Channel, Host: v.Host, Status: "expired",
 			Delay: now.Sub(v.Msg.Arrival), Attempts: int(v.Attempts), Text: text,
 		})

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -35,6 +36,9 @@ func (d *Daemon) apply() {
 			}
 		}
 		d.write(r.Writes)
+		// One clock read for the batch (not one a job line, a recipient):
+		// the lines' dispatch latency, the re-reads and the failed starts.
+		now := d.now()
 		for _, w := range r.Writes {
 			if p := d.procs[w.Agent]; p != nil {
 				if n := p.Backlog(); n > maxBacklog {
@@ -45,7 +49,7 @@ func (d *Daemon) apply() {
 					p.Kill(killGrace)
 				}
 				if !w.Due.IsZero() {
-					d.operator.metrics.dispatched(d.now().Sub(w.Due))
+					d.operator.metrics.dispatched(now.Sub(w.Due))
 				}
 			}
 		}
@@ -81,7 +85,6 @@ func (d *Daemon) apply() {
 		if d.opt.OnBatch != nil {
 			d.opt.OnBatch(&r)
 		}
-		now := d.now()
 		for _, rr := range r.Rereads {
 			d.reread(now, rr)
 		}
@@ -320,7 +323,10 @@ func (d *Daemon) lastUnwritten() {
 func (d *Daemon) logOutcome(o core.Outcome) {
 	d.operator.metrics.outcome(o.Status)
 	pid := d.agentPid(o.Agent)
-	qid := d.qid(o.Path)
+	qid := o.QID // the core's: no lookup by the path (d.qid) a recipient
+	if qid == "" {
+		qid = d.qid(o.Path)
+	}
 	d.retry.deferred(qid, o) // retry.go: kept across a restart
 	if d.outcomes != nil {
 		d.outcomes.add(o, qid, pid, d.statelog)
@@ -363,6 +369,14 @@ func (l *outcomeLine) write(log, unchecked hclog.Logger, st *stateLog, o *core.O
 	if !o.Next.IsZero() {
 		next = o.Next.UTC().Format(time.RFC3339)
 	}
+	delay := o.Delay.Truncate(time.Millisecond).String()
+	plain := unchecked != nil && l.plain != nil && unchecked.IsInfo()
+	if plain && st == nil {
+		if l.writePlain(o, qid, pid, delay, next) {
+			return // the list is not needed
+		}
+		plain = false // a value hclog must write: it will not do better below
+	}
 	l.setString(outMsg, qid)
 	l.set(outRcpt, o.Offset)
 	l.setString(outTo, o.User)
@@ -373,15 +387,175 @@ func (l *outcomeLine) write(log, unchecked hclog.Logger, st *stateLog, o *core.O
 		l.set(outTA, pid)
 	}
 	l.same(outStatus, &l.status, o.Status)
-	l.set(outDelay, o.Delay.Truncate(time.Millisecond).String())
+	l.set(outDelay, delay)
 	l.set(outAttempts, o.Attempts)
 	l.same(outNext, &l.next, next)
 	l.same(outText, &l.text, o.Text)
 	if unchecked != nil && l.spanning == 0 {
 		log = unchecked
+		if plain && l.writePlain(o, qid, pid, delay, next) {
+			st.outcome(l.kv[:])
+			return
+		}
 	}
+	l.flushPlain() // the lines before this one come first
 	log.Info("outcome", l.kv[:]...)
 	st.outcome(l.kv[:])
+}
+
+// plainLogger is a logger whose lines, in hclog's plain format without
+// their time, may be written whole to PlainOutput by a caller that formats
+// them itself: cmd/scheduler's run logger, whose output puts each line's
+// time in front. nil: the logger's lines are not so (JSON, another
+// writer, values added by With).
+type plainLogger interface {
+	PlainOutput() io.Writer
+}
+
+// lineWriter is a plain output that takes several whole lines in one call
+// and reads the clock once for them all (cmd/scheduler's log buffer): the
+// outcome writer hands it each batch's lines at once (flushPlain) rather
+// than one Write, one lock and one clock read a recipient.
+type lineWriter interface {
+	WriteLines(p []byte)
+}
+
+// maxHeldLines bounds the bytes of lines the outcome writer holds for one
+// WriteLines (about 200 lines).
+const maxHeldLines = 64 << 10
+
+// usePlain sets the line to be written straight to log's plain output
+// (plainLogger) when log has one; the outcome writer's goroutine, once.
+// The line is then formatted here, as hclog would (writePlain), rather
+// than by hclog, which copies its 22 values into a new slice for every
+// line and switches on each one's type: the outcome line, one per
+// recipient, is the log's every line but a few.
+func (l *outcomeLine) usePlain(log hclog.Logger) {
+	p, ok := log.(plainLogger)
+	if !ok || p.PlainOutput() == nil {
+		return
+	}
+	l.plain = p.PlainOutput()
+	l.lines, _ = l.plain.(lineWriter)
+	l.prefix = "[INFO]  outcome:"
+	if name := log.Name(); name != "" {
+		l.prefix = "[INFO]  " + name + ": outcome:"
+	}
+}
+
+// writePlain writes the line to l.plain as hclog's plain format has it
+// (logPlain: key=value in outcomeKeys' order, a value quoted when it has a
+// byte outside '-'…'~', "" for an empty string), or returns false, writing
+// nothing, when a value is not one this knows to come out the same: a
+// string with a byte that is not printable ASCII or with a quote (which
+// hclog escapes), or a newline (cmd/scheduler's checks join the lines).
+// hclog writes those. The values are taken as they are, not boxed into
+// the list.
+func (l *outcomeLine) writePlain(o *core.Outcome, qid string, pid int, delay, next string) bool {
+	held := len(l.buf) // lines held for l.lines (flushPlain)
+	b := append(l.buf, l.prefix...)
+	ok := true
+	str := func(f int, v string) {
+		b = append(b, ' ')
+		b = append(b, outcomeKeys[f]...)
+		b = append(b, '=')
+		var good bool
+		b, good = appendPlainString(b, v)
+		ok = ok && good
+	}
+	num := func(f int, v int64) {
+		b = append(b, ' ')
+		b = append(b, outcomeKeys[f]...)
+		b = append(b, '=')
+		b = strconv.AppendInt(b, v, 10)
+	}
+	str(outMsg, qid)
+	num(outRcpt, o.Offset)
+	str(outTo, o.User)
+	str(outChannel, o.Channel)
+	str(outHost, o.Host)
+	num(outTA, int64(pid))
+	str(outStatus, o.Status)
+	str(outDelay, delay)
+	num(outAttempts, int64(o.Attempts))
+	str(outNext, next)
+	str(outText, o.Text)
+	if !ok {
+		l.buf = b[:held]
+		return false
+	}
+	l.buf = append(b, '\n')
+	if l.lines == nil || len(l.buf) >= maxHeldLines {
+		l.flushPlain()
+	}
+	return true
+}
+
+// flushPlain writes the lines writePlain holds: the outcome writer calls it
+// after each batch, and before a line goes through hclog.
+func (l *outcomeLine) flushPlain() {
+	switch {
+	case len(l.buf) == 0:
+	case l.lines != nil:
+		l.lines.WriteLines(l.buf)
+	default:
+		l.plain.Write(l.buf) // as hclog, which does not report its writer's errors
+	}
+	l.buf = l.buf[:0]
+}
+
+// infoPlain writes, at info, a line of one key and value to log's plain
+// output (plainLogger) as hclog would, and reports whether it did: not
+// when log has no plain output, is above info, or v needs hclog
+// (appendPlainString). The removers' line per message ("complete").
+func infoPlain(log hclog.Logger, msg, key, v string) bool {
+	p, ok := log.(plainLogger)
+	if !ok || !log.IsInfo() {
+		return false
+	}
+	out := p.PlainOutput()
+	if out == nil {
+		return false
+	}
+	b := make([]byte, 0, 64+len(msg)+len(key)+len(v))
+	b = append(b, "[INFO]  "...)
+	if name := log.Name(); name != "" {
+		b = append(b, name...)
+		b = append(b, ": "...)
+	}
+	b = append(b, msg...)
+	b = append(b, ": "...)
+	b = append(b, key...)
+	b = append(b, '=')
+	b, ok = appendPlainString(b, v)
+	if !ok {
+		return false
+	}
+	out.Write(append(b, '\n'))
+	return true
+}
+
+// appendPlainString appends v as hclog's plain format writes a value, or
+// returns false when v has a byte outside printable ASCII or a quote.
+func appendPlainString(b []byte, v string) ([]byte, bool) {
+	if v == "" {
+		return append(b, `""`...), true
+	}
+	quote := false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c < ' ' || c > '~' || c == '"':
+			return b, false
+		case c < '-':
+			quote = true
+		}
+	}
+	if !quote {
+		return append(b, v...), true
+	}
+	b = append(b, '"')
+	b = append(b, v...)
+	return append(b, '"'), true
 }
 
 // outcomeLine is logOutcome's key/value list, kept from line to line
@@ -398,6 +572,14 @@ type outcomeLine struct {
 	// line and the text from an agent's report line, so it is only ever
 	// set by a text of the scheduler's own (an error's).
 	spanning uint32
+	// plain, when not nil, is where the line goes formatted here
+	// (usePlain), prefix its start; lines is plain when it takes several
+	// lines in a call, and buf then holds the lines not yet written
+	// (flushPlain). buf is kept from line to line.
+	plain  io.Writer
+	lines  lineWriter
+	prefix string
+	buf    []byte
 }
 
 // The outcome line's fields, in the order of its keys (outcomeKeys).

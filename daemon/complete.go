@@ -82,7 +82,7 @@ func (d *Daemon) finishFiles(c core.Complete, files ctlfile.Files) {
 		if c.Killed {
 			done = "killed" // KILL MSG: removed, no DSN
 		}
-		removeLogged(d.log, d.noise, d.now(), files, done, d.spool.Remove(files))
+		removeLogged(d.log, d.noise, d.now, files, done, d.spool.Remove(files))
 		return
 	}
 	if _, ok := d.in.removing[c.Path]; !ok {

@@ -205,7 +205,7 @@ func (e *containEnv) event() agent.Event {
 	e.t.Helper()
 	select {
 	case ev := <-e.d.events:
-		e.d.agentEvent(ev)
+		e.d.agentEvent(e.d.now(), ev)
 		e.d.apply()
 		return ev
 	case <-time.After(30 * time.Second):

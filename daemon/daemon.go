@@ -303,7 +303,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return d.shutdown()
 		case ev := <-d.events:
 			d.clock.woke()
-			d.agentEvent(ev)
+			// One clock read for the events taken together (agentEvent),
+			// read again after the core has acted on them: the core never
+			// sees time go back.
+			now := d.now()
+			d.agentEvent(now, ev)
 			// Take whatever else is ready before acting on any of it: the
 			// job lines for one agent then leave in one write, and the
 			// core's actions are carried out once per batch.
@@ -312,10 +316,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 					// An operator waits on a busy loop at most this long.
 					d.apply()
 					d.serveWaiting()
+					now = d.now()
 				}
 				select {
 				case ev := <-d.events:
-					d.agentEvent(ev)
+					d.agentEvent(now, ev)
 					continue
 				default:
 				}
@@ -423,7 +428,7 @@ func (d *Daemon) shutdown() error {
 			}
 			deadline.Reset(3 * time.Second)
 		case ev := <-d.events:
-			d.agentEvent(ev)
+			d.agentEvent(d.now(), ev)
 			d.applyLog()
 		case evs := <-d.bookEvents():
 			// Grants that come now are released at once (the core is

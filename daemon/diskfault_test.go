@@ -118,7 +118,7 @@ func TestUnwrittenDiagRetriedByScan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.admit(fetched{rel: rel, f: again})
+	d.admit(d.now(), fetched{rel: rel, f: again})
 	if fileExists(filepath.Join(d.spool.TransportDir(), rel)) {
 		t.Fatal("the message did not complete once its d line could be written")
 	}

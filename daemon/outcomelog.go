@@ -55,6 +55,7 @@ func (l *outcomeLog) run() {
 	defer close(l.exit)
 	line := newOutcomeLine()
 	unchecked := uncheckedOf(l.log)
+	line.usePlain(l.log)
 	for b := range l.batches {
 		if b == nil {
 			l.synced <- struct{}{}
@@ -63,6 +64,7 @@ func (l *outcomeLog) run() {
 		for i := range b {
 			line.write(l.log, unchecked, b[i].st, &b[i].Outcome, b[i].qid, b[i].pid)
 		}
+		line.flushPlain() // the batch's lines, at once
 		clear(b)
 		select {
 		case l.free <- b[:0]:

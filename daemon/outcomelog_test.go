@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -222,5 +223,208 @@ func TestOutcomeLineUnchecked(t *testing.T) {
 	d.logOutcome(o)
 	if checked != 1 {
 		t.Errorf("a text spanning lines went through the checks %d times, want 1", checked)
+	}
+}
+
+// plainOutLogger stands for cmd/scheduler's run logger: a plain-format
+// hclog logger without times whose output a caller may write lines to.
+type plainOutLogger struct {
+	hclog.Logger
+	out io.Writer
+}
+
+func (l plainOutLogger) Unchecked() hclog.Logger { return l.Logger }
+func (l plainOutLogger) PlainOutput() io.Writer  { return l.out }
+
+// TestOutcomeLinePlain: the outcome line the writer formats itself for a
+// logger with a plain output (writePlain) is byte for byte the one hclog
+// writes, for values that need no quotes, quotes, an empty string, and
+// those it leaves to hclog (a quote, a tab, a byte past ASCII, DEL); only
+// those go through hclog, and a logger above info writes nothing.
+func TestOutcomeLinePlain(t *testing.T) {
+	texts := []string{"delivered to the sink", "", "250-2.0.0", "a=b,c;d", "quoted \"word\"", "tab\there",
+		"café", "del\x7f", "~!#$%&'()*+,", "x"}
+	users := []string{"carol@example.net", "o'brien+tag@example.net", "\"a b\"@example.net", "Ünïcode@example.net"}
+	var outcomes []core.Outcome
+	for i, text := range texts {
+		outcomes = append(outcomes, core.Outcome{Offset: int64(100 + i), User: users[0], Channel: "smtp",
+			Host: "d7.test", Status: []string{"ok3", "deferred", "error"}[i%3], Delay: time.Duration(i) * 1234567 * time.Microsecond,
+			Attempts: i, Text: text})
+	}
+	for i, user := range users[1:] {
+		outcomes = append(outcomes, core.Outcome{Offset: int64(200 + i), User: user, Channel: "local",
+			Host: "d8.test", Status: "ok", Text: "x"})
+	}
+	outcomes[1].Next = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for _, name := range []string{"zsched", ""} {
+		var want, got, hc bytes.Buffer
+		ref := newOutcomeLine()
+		refLog := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Info, Output: &want, DisableTime: true})
+		// The plain line's logger: hclog's lines to hc, its own to got.
+		hlog := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Info, Output: &hc, DisableTime: true})
+		plog := plainOutLogger{hlog, &got}
+		line := newOutcomeLine()
+		line.usePlain(plog)
+		for i := range outcomes {
+			ref.write(refLog, nil, nil, &outcomes[i], "5308609.3kq7m2c", 4242+i%2)
+			line.write(plog, plog.Logger, nil, &outcomes[i], "5308609.3kq7m2c", 4242+i%2)
+		}
+		// Put the lines in order: each went to one of the two outputs.
+		gotLines := strings.SplitAfter(got.String(), "\n")
+		hcLines := strings.SplitAfter(hc.String(), "\n")
+		var merged strings.Builder
+		for _, w := range strings.SplitAfter(want.String(), "\n") {
+			switch {
+			case len(gotLines) > 0 && gotLines[0] == w:
+				merged.WriteString(gotLines[0])
+				gotLines = gotLines[1:]
+			case len(hcLines) > 0 && hcLines[0] == w:
+				merged.WriteString(hcLines[0])
+				hcLines = hcLines[1:]
+			}
+		}
+		if merged.String() != want.String() {
+			t.Errorf("name %q: lines:\n%s%s\nwant:\n%s", name, got.String(), hc.String(), want.String())
+		}
+		if n := strings.Count(got.String(), "\n"); n != 7 {
+			t.Errorf("name %q: %d lines formatted here, want 7 (six left to hclog):\n%s", name, n, got.String())
+		}
+		hlog.SetLevel(hclog.Warn)
+		got.Reset()
+		hc.Reset()
+		line.write(plog, plog.Logger, nil, &outcomes[0], "5308609.3kq7m2c", 4242)
+		if got.Len()+hc.Len() != 0 {
+			t.Errorf("name %q: a line at warn: %q %q", name, got.String(), hc.String())
+		}
+	}
+}
+
+// BenchmarkOutcomeLine is the outcome writer's work for one line: hclog's
+// formatting (a logger without a plain output), and the line formatted
+// here (plain), each into a buffer that discards it.
+//
+//	go test -run '^$' -bench OutcomeLine ./daemon
+func BenchmarkOutcomeLine(b *testing.B) {
+	o := core.Outcome{Path: "A/B/5308609", Offset: 150, User: "carol@example.net", Channel: "smtp",
+		Host: "example.net", Status: "ok3", Attempts: 1, Delay: 362 * time.Millisecond, Text: "delivered to the sink"}
+	for _, plain := range []bool{false, true} {
+		b.Run(map[bool]string{false: "hclog", true: "plain"}[plain], func(b *testing.B) {
+			hlog := hclog.New(&hclog.LoggerOptions{Name: "zsched", Level: hclog.Info, Output: io.Discard, DisableTime: true})
+			var log hclog.Logger = checkingLogger{hlog, new(int)}
+			if plain {
+				log = plainOutLogger{hlog, io.Discard}
+			}
+			line := newOutcomeLine()
+			line.usePlain(log)
+			unchecked := uncheckedOf(log)
+			b.ReportAllocs()
+			for b.Loop() {
+				line.write(log, unchecked, nil, &o, "5308609.3kq7m2c", 4242)
+			}
+		})
+	}
+}
+
+// TestInfoPlain: the removers' line written to the plain output
+// (infoPlain) is hclog's, byte for byte; a value hclog escapes, a logger
+// above info or without a plain output is left to hclog.
+func TestInfoPlain(t *testing.T) {
+	for _, name := range []string{"zsched", ""} {
+		for _, v := range []string{"5308609.3kq7m2c", "A/B/5308609", "", "a b", "x\"y", "é"} {
+			var want, got bytes.Buffer
+			hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Info, Output: &want, DisableTime: true}).Info("complete", "msg", v)
+			hlog := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Info, Output: io.Discard, DisableTime: true})
+			ok := infoPlain(plainOutLogger{hlog, &got}, "complete", "msg", v)
+			if wantOK := !strings.ContainsAny(v, "\"é"); ok != wantOK {
+				t.Errorf("name %q value %q: written %v, want %v", name, v, ok, wantOK)
+			}
+			if ok && got.String() != want.String() {
+				t.Errorf("name %q value %q:\n got %q\nwant %q", name, v, got.String(), want.String())
+			}
+		}
+	}
+	hlog := hclog.New(&hclog.LoggerOptions{Name: "zsched", Level: hclog.Warn, Output: io.Discard, DisableTime: true})
+	var got bytes.Buffer
+	if infoPlain(plainOutLogger{hlog, &got}, "complete", "msg", "x") || got.Len() > 0 {
+		t.Errorf("a logger at warn: written %q", got.String())
+	}
+	if infoPlain(hlog, "complete", "msg", "x") || infoPlain(plainOutLogger{hlog, nil}, "complete", "msg", "x") {
+		t.Errorf("a logger without a plain output: written")
+	}
+}
+
+// lineRecorder is a plain output that takes several lines in a call
+// (lineWriter), as cmd/scheduler's log buffer: it records the lines in
+// order, and the calls.
+type lineRecorder struct {
+	mu          sync.Mutex
+	b           bytes.Buffer
+	writes, lws int
+}
+
+func (r *lineRecorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writes++
+	return r.b.Write(p)
+}
+
+func (r *lineRecorder) WriteLines(p []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lws++
+	r.b.Write(p)
+}
+
+// TestOutcomeLogLinesBatched: with an output that takes several lines in a
+// call, the writer hands over a batch's plain lines in one call, and a
+// line left to hclog (a text with a quote) comes out in its place, the
+// lines before it handed over first.
+func TestOutcomeLogLinesBatched(t *testing.T) {
+	var rec, ref lineRecorder
+	opts := func(w io.Writer) *hclog.LoggerOptions {
+		return &hclog.LoggerOptions{Name: "zsched", Level: hclog.Info, Output: w, DisableTime: true}
+	}
+	l := newOutcomeLog(plainOutLogger{hclog.New(opts(&rec)), &rec})
+	refLine, refLog := newOutcomeLine(), hclog.New(opts(&ref))
+	for i := range 6 {
+		o := core.Outcome{Path: fmt.Sprintf("A/%d", i), Offset: int64(i), User: "u@d.test", Status: "ok",
+			Channel: "smtp", Host: "d.test", Text: "delivered"}
+		if i == 3 {
+			o.Text = `said "no"`
+		}
+		l.add(o, fmt.Sprintf("Q%d", i), 100, nil)
+		refLine.write(refLog, nil, nil, &o, fmt.Sprintf("Q%d", i), 100)
+	}
+	l.sync()
+	l.close()
+	if rec.b.String() != ref.b.String() {
+		t.Errorf("lines:\n%s\nwant:\n%s", rec.b.String(), ref.b.String())
+	}
+	if rec.lws != 2 || rec.writes != 1 {
+		t.Errorf("%d calls of WriteLines and %d of Write, want 2 (the three lines before hclog's, the two after) and 1 (hclog's)", rec.lws, rec.writes)
+	}
+}
+
+// TestOutcomeLinePlainStateLog: with a statelog, a line formatted here
+// still goes to the statelog whole, as does one left to hclog.
+func TestOutcomeLinePlainStateLog(t *testing.T) {
+	var got, hc, st, want bytes.Buffer
+	opts := func(w io.Writer) *hclog.LoggerOptions {
+		return &hclog.LoggerOptions{Name: "zsched", Level: hclog.Info, Output: w, DisableTime: true}
+	}
+	plog := plainOutLogger{hclog.New(opts(&hc)), &got}
+	line := newOutcomeLine()
+	line.usePlain(plog)
+	sl := &stateLog{log: hclog.New(opts(&st))}
+	ref, refLog := newOutcomeLine(), hclog.New(opts(&want))
+	for _, text := range []string{"delivered", `said "no"`} {
+		o := core.Outcome{Path: "A/1", Offset: 150, User: "u@d.test", Channel: "smtp", Host: "d.test", Status: "ok", Text: text}
+		line.write(plog, plog.Logger, sl, &o, "Q1", 7)
+		ref.write(refLog, nil, nil, &o, "Q1", 7)
+	}
+	lines := strings.SplitAfter(want.String(), "\n")
+	if got.String() != lines[0] || hc.String() != lines[1] || st.String() != want.String() {
+		t.Errorf("plain output %q, hclog %q, statelog %q; want %q", got.String(), hc.String(), st.String(), want.String())
 	}
 }

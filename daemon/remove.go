@@ -162,7 +162,7 @@ func (r *remover) work(log *ctlfile.RemovalLog) {
 		}
 		names := make([]string, 0, len(batch))
 		for _, m := range batch {
-			removeLogged(r.log, r.noise, r.now(), m, "complete", r.rm(m))
+			removeLogged(r.log, r.noise, r.now, m, "complete", r.rm(m))
 			names = append(names, m.Rel)
 		}
 		if log != nil {
@@ -194,14 +194,18 @@ func poke(c chan struct{}) {
 // removeLogged logs the removal of a message: done ("complete",
 // "killed") with its queue id, as every line about a message shows it, or
 // why a file of it stays — rate-limited per message, since a file that
-// cannot be removed fails again each time it is found.
-func removeLogged(log hclog.Logger, noise *rateLog, now time.Time, m ctlfile.Files, done string, err error) {
+// cannot be removed fails again each time it is found. The clock is read
+// only then: a removal that worked (one a message) needs no time.
+func removeLogged(log hclog.Logger, noise *rateLog, now func() time.Time, m ctlfile.Files, done string, err error) {
 	rel := m.Rel
 	if err == nil {
-		log.Info(done, "msg", m.Control.QueueID(path.Base(rel)))
+		qid := m.Control.QueueID(path.Base(rel))
+		if !infoPlain(log, done, "msg", qid) {
+			log.Info(done, "msg", qid)
+		}
 		return
 	}
-	ok, n := noise.allow("remove:"+rel, now)
+	ok, n := noise.allow("remove:"+rel, now())
 	if !ok {
 		return
 	}

@@ -414,7 +414,16 @@ func (d *Daemon) restoreRetry(a *core.Arrival, qid string, arrival time.Time) {
 		return
 	}
 	rs := j.replay[qid]
-	now := d.now()
+	if rs == nil && !j.missing {
+		// Nothing kept for it, and a journal to say so: the common case,
+		// every message but those a restart found deferred. The clock and
+		// the clause's interval (a match by destination) are not needed.
+		return
+	}
+	var now time.Time // read once, when a recipient has state
+	// Older than the least spread (a minute, retrySpread): only then can
+	// it be older than its clause's, which costs a match to learn.
+	old := j.missing && !arrival.IsZero() && arrival.Before(j.start.Add(-time.Minute))
 	for i := range a.Groups {
 		g := &a.Groups[i]
 		found := false
@@ -430,14 +439,18 @@ func (d *Daemon) restoreRetry(a *core.Arrival, qid string, arrival time.Time) {
 				g.Next = next
 			}
 		}
-		spread := d.retrySpread(g.Channel, g.Host)
+		if found && now.IsZero() {
+			now = d.now()
+		}
 		switch {
 		case found && !g.Next.After(now):
 			// Overdue while the scheduler was down.
-			g.Next = spreadAt(qid, j.start, spread)
-		case !found && j.missing && !arrival.IsZero() && arrival.Before(j.start.Add(-spread)):
-			// No journal: an old message was most likely tried before.
-			g.Next = spreadAt(qid, j.start, spread)
+			g.Next = spreadAt(qid, j.start, d.retrySpread(g.Channel, g.Host))
+		case !found && old:
+			if spread := d.retrySpread(g.Channel, g.Host); arrival.Before(j.start.Add(-spread)) {
+				// No journal: an old message was most likely tried before.
+				g.Next = spreadAt(qid, j.start, spread)
+			}
 		}
 	}
 	if rs != nil {
