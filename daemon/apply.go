@@ -370,12 +370,8 @@ func (l *outcomeLine) write(log, unchecked hclog.Logger, st *stateLog, o *core.O
 		next = o.Next.UTC().Format(time.RFC3339)
 	}
 	delay := o.Delay.Truncate(time.Millisecond).String()
-	plain := unchecked != nil && l.plain != nil && unchecked.IsInfo()
-	if plain && st == nil {
-		if l.writePlain(o, qid, pid, delay, next) {
-			return // the list is not needed
-		}
-		plain = false // a value hclog must write: it will not do better below
+	if st == nil && unchecked != nil && l.plain != nil && unchecked.IsInfo() && l.writePlain(o, qid, pid, delay, next) {
+		return // the list is not needed
 	}
 	l.setString(outMsg, qid)
 	l.set(outRcpt, o.Offset)
@@ -393,7 +389,7 @@ func (l *outcomeLine) write(log, unchecked hclog.Logger, st *stateLog, o *core.O
 	l.same(outText, &l.text, o.Text)
 	if unchecked != nil && l.spanning == 0 {
 		log = unchecked
-		if plain && l.writePlain(o, qid, pid, delay, next) {
+		if l.plain != nil && log.IsInfo() && l.writePlain(o, qid, pid, delay, next) {
 			st.outcome(l.kv[:])
 			return
 		}

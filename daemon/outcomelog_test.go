@@ -405,26 +405,3 @@ func TestOutcomeLogLinesBatched(t *testing.T) {
 		t.Errorf("%d calls of WriteLines and %d of Write, want 2 (the three lines before hclog's, the two after) and 1 (hclog's)", rec.lws, rec.writes)
 	}
 }
-
-// TestOutcomeLinePlainStateLog: with a statelog, a line formatted here
-// still goes to the statelog whole, as does one left to hclog.
-func TestOutcomeLinePlainStateLog(t *testing.T) {
-	var got, hc, st, want bytes.Buffer
-	opts := func(w io.Writer) *hclog.LoggerOptions {
-		return &hclog.LoggerOptions{Name: "zsched", Level: hclog.Info, Output: w, DisableTime: true}
-	}
-	plog := plainOutLogger{hclog.New(opts(&hc)), &got}
-	line := newOutcomeLine()
-	line.usePlain(plog)
-	sl := &stateLog{log: hclog.New(opts(&st))}
-	ref, refLog := newOutcomeLine(), hclog.New(opts(&want))
-	for _, text := range []string{"delivered", `said "no"`} {
-		o := core.Outcome{Path: "A/1", Offset: 150, User: "u@d.test", Channel: "smtp", Host: "d.test", Status: "ok", Text: text}
-		line.write(plog, plog.Logger, sl, &o, "Q1", 7)
-		ref.write(refLog, nil, nil, &o, "Q1", 7)
-	}
-	lines := strings.SplitAfter(want.String(), "\n")
-	if got.String() != lines[0] || hc.String() != lines[1] || st.String() != want.String() {
-		t.Errorf("plain output %q, hclog %q, statelog %q; want %q", got.String(), hc.String(), st.String(), want.String())
-	}
-}
