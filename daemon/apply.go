@@ -394,7 +394,6 @@ func (l *outcomeLine) write(log, unchecked hclog.Logger, st *stateLog, o *core.O
 			return
 		}
 	}
-	l.flushPlain() // the lines before this one come first
 	log.Info("outcome", l.kv[:]...)
 	st.outcome(l.kv[:])
 }
@@ -408,18 +407,6 @@ type plainLogger interface {
 	PlainOutput() io.Writer
 }
 
-// lineWriter is a plain output that takes several whole lines in one call
-// and reads the clock once for them all (cmd/scheduler's log buffer): the
-// outcome writer hands it each batch's lines at once (flushPlain) rather
-// than one Write, one lock and one clock read a recipient.
-type lineWriter interface {
-	WriteLines(p []byte)
-}
-
-// maxHeldLines bounds the bytes of lines the outcome writer holds for one
-// WriteLines (about 200 lines).
-const maxHeldLines = 64 << 10
-
 // usePlain sets the line to be written straight to log's plain output
 // (plainLogger) when log has one; the outcome writer's goroutine, once.
 // The line is then formatted here, as hclog would (writePlain), rather
@@ -432,7 +419,6 @@ func (l *outcomeLine) usePlain(log hclog.Logger) {
 		return
 	}
 	l.plain = p.PlainOutput()
-	l.lines, _ = l.plain.(lineWriter)
 	l.prefix = "[INFO]  outcome:"
 	if name := log.Name(); name != "" {
 		l.prefix = "[INFO]  " + name + ": outcome:"
@@ -448,8 +434,7 @@ func (l *outcomeLine) usePlain(log hclog.Logger) {
 // hclog writes those. The values are taken as they are, not boxed into
 // the list.
 func (l *outcomeLine) writePlain(o *core.Outcome, qid string, pid int, delay, next string) bool {
-	held := len(l.buf) // lines held for l.lines (flushPlain)
-	b := append(l.buf, l.prefix...)
+	b := append(l.buf[:0], l.prefix...)
 	ok := true
 	str := func(f int, v string) {
 		b = append(b, ' ')
@@ -476,28 +461,14 @@ func (l *outcomeLine) writePlain(o *core.Outcome, qid string, pid int, delay, ne
 	num(outAttempts, int64(o.Attempts))
 	str(outNext, next)
 	str(outText, o.Text)
+	l.buf = b
 	if !ok {
-		l.buf = b[:held]
 		return false
 	}
-	l.buf = append(b, '\n')
-	if l.lines == nil || len(l.buf) >= maxHeldLines {
-		l.flushPlain()
-	}
+	b = append(b, '\n')
+	l.buf = b
+	l.plain.Write(b) // as hclog, which does not report its writer's errors
 	return true
-}
-
-// flushPlain writes the lines writePlain holds: the outcome writer calls it
-// after each batch, and before a line goes through hclog.
-func (l *outcomeLine) flushPlain() {
-	switch {
-	case len(l.buf) == 0:
-	case l.lines != nil:
-		l.lines.WriteLines(l.buf)
-	default:
-		l.plain.Write(l.buf) // as hclog, which does not report its writer's errors
-	}
-	l.buf = l.buf[:0]
 }
 
 // infoPlain writes, at info, a line of one key and value to log's plain
@@ -569,11 +540,8 @@ type outcomeLine struct {
 	// set by a text of the scheduler's own (an error's).
 	spanning uint32
 	// plain, when not nil, is where the line goes formatted here
-	// (usePlain), prefix its start; lines is plain when it takes several
-	// lines in a call, and buf then holds the lines not yet written
-	// (flushPlain). buf is kept from line to line.
+	// (usePlain), prefix its start; buf is kept from line to line.
 	plain  io.Writer
-	lines  lineWriter
 	prefix string
 	buf    []byte
 }

@@ -64,7 +64,6 @@ func (l *outcomeLog) run() {
 		for i := range b {
 			line.write(l.log, unchecked, b[i].st, &b[i].Outcome, b[i].qid, b[i].pid)
 		}
-		line.flushPlain() // the batch's lines, at once
 		clear(b)
 		select {
 		case l.free <- b[:0]:

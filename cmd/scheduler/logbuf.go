@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"io"
 	"sync"
 	"time"
@@ -46,51 +45,14 @@ func (b *logBuffer) Write(p []byte) (int, error) {
 		b.timer.Reset(logDelay)
 	}
 	if b.stamp {
-		b.stampNow()
+		now := time.Now()
+		if ms := now.UnixMilli(); ms != b.stampMs || b.stampAt == nil {
+			b.stampMs = ms
+			b.stampAt = append(now.AppendFormat(b.stampAt[:0], logTimeFormat), ' ')
+		}
 		b.w.Write(b.stampAt) // bufio keeps the error for the line's write
 	}
 	return b.w.Write(p)
-}
-
-// WriteLines writes p, whole lines of the plain format without their time
-// (PlainOutput), each with the time of the call in front: one clock read
-// and one lock for the lot, where Write takes them per line. The outcome
-// writer hands over each batch of outcome lines so (a few hundred at
-// most, written in some tens of µs, so their times are those of Write to
-// the millisecond but for one that a millisecond's turn falls between).
-// A last line without its newline is written as it is.
-func (b *logBuffer) WriteLines(p []byte) {
-	if len(p) == 0 {
-		return
-	}
-	if !b.stamp {
-		b.Write(p)
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.w.Buffered() == 0 {
-		b.timer.Reset(logDelay)
-	}
-	b.stampNow()
-	for len(p) > 0 {
-		n := bytes.IndexByte(p, '\n') + 1
-		if n == 0 {
-			n = len(p)
-		}
-		b.w.Write(b.stampAt)
-		b.w.Write(p[:n])
-		p = p[n:]
-	}
-}
-
-// stampNow sets stampAt to the time now. b.mu is held.
-func (b *logBuffer) stampNow() {
-	now := time.Now()
-	if ms := now.UnixMilli(); ms != b.stampMs || b.stampAt == nil {
-		b.stampMs = ms
-		b.stampAt = append(now.AppendFormat(b.stampAt[:0], logTimeFormat), ' ')
-	}
 }
 
 // Flush writes what is held now.

@@ -121,40 +121,6 @@ func TestLoggerPlainOutput(t *testing.T) {
 	}
 }
 
-// TestLogBufferWriteLines: lines handed over together (WriteLines, the
-// outcome writer's batches) come out as Write writes each, every one with
-// its time in front, taken as they are written; a last line without its
-// newline is written as it is.
-func TestLogBufferWriteLines(t *testing.T) {
-	var out, ref bytes.Buffer
-	b, r := newLogBuffer(&out), newLogBuffer(&ref)
-	b.stamp, r.stamp = true, true
-	lines := []string{"[INFO]  zsched: outcome: msg=1 rcpt=1\n", "[INFO]  zsched: outcome: msg=1 rcpt=2\n", "[INFO]  zsched: complete: msg=1"}
-	before := time.Now().Truncate(time.Millisecond)
-	b.WriteLines([]byte(strings.Join(lines, "")))
-	for _, l := range lines {
-		r.Write([]byte(l))
-	}
-	after := time.Now()
-	b.Flush()
-	r.Flush()
-	got, want := strings.SplitAfter(out.String(), "\n"), strings.SplitAfter(ref.String(), "\n")
-	if len(got) != 3 || len(want) != 3 {
-		t.Fatalf("%d lines and %d, want 3:\n%s\n%s", len(got), len(want), out.String(), ref.String())
-	}
-	for i := range got {
-		stamp, rest, _ := strings.Cut(got[i], " ")
-		_, wantRest, _ := strings.Cut(want[i], " ")
-		if rest != wantRest {
-			t.Errorf("line %d:\n got %q\nwant %q", i, got[i], want[i])
-		}
-		at, err := time.Parse(logTimeFormat, stamp)
-		if err != nil || at.Before(before) || at.After(after) {
-			t.Errorf("line %d's time %q (%v): want one in logTimeFormat between %v and %v", i, stamp, err, before, after)
-		}
-	}
-}
-
 // BenchmarkRunLogLine is an outcome line through the run's logger and
 // buffer.
 func BenchmarkRunLogLine(b *testing.B) {
