@@ -471,37 +471,6 @@ func (l *outcomeLine) writePlain(o *core.Outcome, qid string, pid int, delay, ne
 	return true
 }
 
-// infoPlain writes, at info, a line of one key and value to log's plain
-// output (plainLogger) as hclog would, and reports whether it did: not
-// when log has no plain output, is above info, or v needs hclog
-// (appendPlainString). The removers' line per message ("complete").
-func infoPlain(log hclog.Logger, msg, key, v string) bool {
-	p, ok := log.(plainLogger)
-	if !ok || !log.IsInfo() {
-		return false
-	}
-	out := p.PlainOutput()
-	if out == nil {
-		return false
-	}
-	b := make([]byte, 0, 64+len(msg)+len(key)+len(v))
-	b = append(b, "[INFO]  "...)
-	if name := log.Name(); name != "" {
-		b = append(b, name...)
-		b = append(b, ": "...)
-	}
-	b = append(b, msg...)
-	b = append(b, ": "...)
-	b = append(b, key...)
-	b = append(b, '=')
-	b, ok = appendPlainString(b, v)
-	if !ok {
-		return false
-	}
-	out.Write(append(b, '\n'))
-	return true
-}
-
 // appendPlainString appends v as hclog's plain format writes a value, or
 // returns false when v has a byte outside printable ASCII or a quote.
 func appendPlainString(b []byte, v string) ([]byte, bool) {

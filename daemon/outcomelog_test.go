@@ -324,31 +324,3 @@ func BenchmarkOutcomeLine(b *testing.B) {
 		})
 	}
 }
-
-// TestInfoPlain: the removers' line written to the plain output
-// (infoPlain) is hclog's, byte for byte; a value hclog escapes, a logger
-// above info or without a plain output is left to hclog.
-func TestInfoPlain(t *testing.T) {
-	for _, name := range []string{"zsched", ""} {
-		for _, v := range []string{"5308609.3kq7m2c", "A/B/5308609", "", "a b", "x\"y", "é"} {
-			var want, got bytes.Buffer
-			hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Info, Output: &want, DisableTime: true}).Info("complete", "msg", v)
-			hlog := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Info, Output: io.Discard, DisableTime: true})
-			ok := infoPlain(plainOutLogger{hlog, &got}, "complete", "msg", v)
-			if wantOK := !strings.ContainsAny(v, "\"é"); ok != wantOK {
-				t.Errorf("name %q value %q: written %v, want %v", name, v, ok, wantOK)
-			}
-			if ok && got.String() != want.String() {
-				t.Errorf("name %q value %q:\n got %q\nwant %q", name, v, got.String(), want.String())
-			}
-		}
-	}
-	hlog := hclog.New(&hclog.LoggerOptions{Name: "zsched", Level: hclog.Warn, Output: io.Discard, DisableTime: true})
-	var got bytes.Buffer
-	if infoPlain(plainOutLogger{hlog, &got}, "complete", "msg", "x") || got.Len() > 0 {
-		t.Errorf("a logger at warn: written %q", got.String())
-	}
-	if infoPlain(hlog, "complete", "msg", "x") || infoPlain(plainOutLogger{hlog, nil}, "complete", "msg", "x") {
-		t.Errorf("a logger without a plain output: written")
-	}
-}

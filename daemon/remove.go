@@ -199,10 +199,7 @@ func poke(c chan struct{}) {
 func removeLogged(log hclog.Logger, noise *rateLog, now func() time.Time, m ctlfile.Files, done string, err error) {
 	rel := m.Rel
 	if err == nil {
-		qid := m.Control.QueueID(path.Base(rel))
-		if !infoPlain(log, done, "msg", qid) {
-			log.Info(done, "msg", qid)
-		}
+		log.Info(done, "msg", m.Control.QueueID(path.Base(rel)))
 		return
 	}
 	ok, n := noise.allow("remove:"+rel, now())
