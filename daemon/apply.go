@@ -3,7 +3,6 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -369,10 +368,6 @@ func (l *outcomeLine) write(log, unchecked hclog.Logger, st *stateLog, o *core.O
 	if !o.Next.IsZero() {
 		next = o.Next.UTC().Format(time.RFC3339)
 	}
-	delay := o.Delay.Truncate(time.Millisecond).String()
-	if st == nil && unchecked != nil && l.plain != nil && unchecked.IsInfo() && l.writePlain(o, qid, pid, delay, next) {
-		return // the list is not needed
-	}
 	l.setString(outMsg, qid)
 	l.set(outRcpt, o.Offset)
 	l.setString(outTo, o.User)
@@ -383,115 +378,15 @@ func (l *outcomeLine) write(log, unchecked hclog.Logger, st *stateLog, o *core.O
 		l.set(outTA, pid)
 	}
 	l.same(outStatus, &l.status, o.Status)
-	l.set(outDelay, delay)
+	l.set(outDelay, o.Delay.Truncate(time.Millisecond).String())
 	l.set(outAttempts, o.Attempts)
 	l.same(outNext, &l.next, next)
 	l.same(outText, &l.text, o.Text)
 	if unchecked != nil && l.spanning == 0 {
 		log = unchecked
-		if l.plain != nil && log.IsInfo() && l.writePlain(o, qid, pid, delay, next) {
-			st.outcome(l.kv[:])
-			return
-		}
 	}
 	log.Info("outcome", l.kv[:]...)
 	st.outcome(l.kv[:])
-}
-
-// plainLogger is a logger whose lines, in hclog's plain format without
-// their time, may be written whole to PlainOutput by a caller that formats
-// them itself: cmd/scheduler's run logger, whose output puts each line's
-// time in front. nil: the logger's lines are not so (JSON, another
-// writer, values added by With).
-type plainLogger interface {
-	PlainOutput() io.Writer
-}
-
-// usePlain sets the line to be written straight to log's plain output
-// (plainLogger) when log has one; the outcome writer's goroutine, once.
-// The line is then formatted here, as hclog would (writePlain), rather
-// than by hclog, which copies its 22 values into a new slice for every
-// line and switches on each one's type: the outcome line, one per
-// recipient, is the log's every line but a few.
-func (l *outcomeLine) usePlain(log hclog.Logger) {
-	p, ok := log.(plainLogger)
-	if !ok || p.PlainOutput() == nil {
-		return
-	}
-	l.plain = p.PlainOutput()
-	l.prefix = "[INFO]  outcome:"
-	if name := log.Name(); name != "" {
-		l.prefix = "[INFO]  " + name + ": outcome:"
-	}
-}
-
-// writePlain writes the line to l.plain as hclog's plain format has it
-// (logPlain: key=value in outcomeKeys' order, a value quoted when it has a
-// byte outside '-'…'~', "" for an empty string), or returns false, writing
-// nothing, when a value is not one this knows to come out the same: a
-// string with a byte that is not printable ASCII or with a quote (which
-// hclog escapes), or a newline (cmd/scheduler's checks join the lines).
-// hclog writes those. The values are taken as they are, not boxed into
-// the list.
-func (l *outcomeLine) writePlain(o *core.Outcome, qid string, pid int, delay, next string) bool {
-	b := append(l.buf[:0], l.prefix...)
-	ok := true
-	str := func(f int, v string) {
-		b = append(b, ' ')
-		b = append(b, outcomeKeys[f]...)
-		b = append(b, '=')
-		var good bool
-		b, good = appendPlainString(b, v)
-		ok = ok && good
-	}
-	num := func(f int, v int64) {
-		b = append(b, ' ')
-		b = append(b, outcomeKeys[f]...)
-		b = append(b, '=')
-		b = strconv.AppendInt(b, v, 10)
-	}
-	str(outMsg, qid)
-	num(outRcpt, o.Offset)
-	str(outTo, o.User)
-	str(outChannel, o.Channel)
-	str(outHost, o.Host)
-	num(outTA, int64(pid))
-	str(outStatus, o.Status)
-	str(outDelay, delay)
-	num(outAttempts, int64(o.Attempts))
-	str(outNext, next)
-	str(outText, o.Text)
-	l.buf = b
-	if !ok {
-		return false
-	}
-	b = append(b, '\n')
-	l.buf = b
-	l.plain.Write(b) // as hclog, which does not report its writer's errors
-	return true
-}
-
-// appendPlainString appends v as hclog's plain format writes a value, or
-// returns false when v has a byte outside printable ASCII or a quote.
-func appendPlainString(b []byte, v string) ([]byte, bool) {
-	if v == "" {
-		return append(b, `""`...), true
-	}
-	quote := false
-	for i := 0; i < len(v); i++ {
-		switch c := v[i]; {
-		case c < ' ' || c > '~' || c == '"':
-			return b, false
-		case c < '-':
-			quote = true
-		}
-	}
-	if !quote {
-		return append(b, v...), true
-	}
-	b = append(b, '"')
-	b = append(b, v...)
-	return append(b, '"'), true
 }
 
 // outcomeLine is logOutcome's key/value list, kept from line to line
@@ -508,11 +403,6 @@ type outcomeLine struct {
 	// line and the text from an agent's report line, so it is only ever
 	// set by a text of the scheduler's own (an error's).
 	spanning uint32
-	// plain, when not nil, is where the line goes formatted here
-	// (usePlain), prefix its start; buf is kept from line to line.
-	plain  io.Writer
-	prefix string
-	buf    []byte
 }
 
 // The outcome line's fields, in the order of its keys (outcomeKeys).

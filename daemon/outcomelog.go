@@ -55,7 +55,6 @@ func (l *outcomeLog) run() {
 	defer close(l.exit)
 	line := newOutcomeLine()
 	unchecked := uncheckedOf(l.log)
-	line.usePlain(l.log)
 	for b := range l.batches {
 		if b == nil {
 			l.synced <- struct{}{}

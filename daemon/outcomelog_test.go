@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -223,104 +222,5 @@ func TestOutcomeLineUnchecked(t *testing.T) {
 	d.logOutcome(o)
 	if checked != 1 {
 		t.Errorf("a text spanning lines went through the checks %d times, want 1", checked)
-	}
-}
-
-// plainOutLogger stands for cmd/scheduler's run logger: a plain-format
-// hclog logger without times whose output a caller may write lines to.
-type plainOutLogger struct {
-	hclog.Logger
-	out io.Writer
-}
-
-func (l plainOutLogger) Unchecked() hclog.Logger { return l.Logger }
-func (l plainOutLogger) PlainOutput() io.Writer  { return l.out }
-
-// TestOutcomeLinePlain: the outcome line the writer formats itself for a
-// logger with a plain output (writePlain) is byte for byte the one hclog
-// writes, for values that need no quotes, quotes, an empty string, and
-// those it leaves to hclog (a quote, a tab, a byte past ASCII, DEL); only
-// those go through hclog, and a logger above info writes nothing.
-func TestOutcomeLinePlain(t *testing.T) {
-	texts := []string{"delivered to the sink", "", "250-2.0.0", "a=b,c;d", "quoted \"word\"", "tab\there",
-		"café", "del\x7f", "~!#$%&'()*+,", "x"}
-	users := []string{"carol@example.net", "o'brien+tag@example.net", "\"a b\"@example.net", "Ünïcode@example.net"}
-	var outcomes []core.Outcome
-	for i, text := range texts {
-		outcomes = append(outcomes, core.Outcome{Offset: int64(100 + i), User: users[0], Channel: "smtp",
-			Host: "d7.test", Status: []string{"ok3", "deferred", "error"}[i%3], Delay: time.Duration(i) * 1234567 * time.Microsecond,
-			Attempts: i, Text: text})
-	}
-	for i, user := range users[1:] {
-		outcomes = append(outcomes, core.Outcome{Offset: int64(200 + i), User: user, Channel: "local",
-			Host: "d8.test", Status: "ok", Text: "x"})
-	}
-	outcomes[1].Next = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	for _, name := range []string{"zsched", ""} {
-		var want, got, hc bytes.Buffer
-		ref := newOutcomeLine()
-		refLog := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Info, Output: &want, DisableTime: true})
-		// The plain line's logger: hclog's lines to hc, its own to got.
-		hlog := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Info, Output: &hc, DisableTime: true})
-		plog := plainOutLogger{hlog, &got}
-		line := newOutcomeLine()
-		line.usePlain(plog)
-		for i := range outcomes {
-			ref.write(refLog, nil, nil, &outcomes[i], "5308609.3kq7m2c", 4242+i%2)
-			line.write(plog, plog.Logger, nil, &outcomes[i], "5308609.3kq7m2c", 4242+i%2)
-		}
-		// Put the lines in order: each went to one of the two outputs.
-		gotLines := strings.SplitAfter(got.String(), "\n")
-		hcLines := strings.SplitAfter(hc.String(), "\n")
-		var merged strings.Builder
-		for _, w := range strings.SplitAfter(want.String(), "\n") {
-			switch {
-			case len(gotLines) > 0 && gotLines[0] == w:
-				merged.WriteString(gotLines[0])
-				gotLines = gotLines[1:]
-			case len(hcLines) > 0 && hcLines[0] == w:
-				merged.WriteString(hcLines[0])
-				hcLines = hcLines[1:]
-			}
-		}
-		if merged.String() != want.String() {
-			t.Errorf("name %q: lines:\n%s%s\nwant:\n%s", name, got.String(), hc.String(), want.String())
-		}
-		if n := strings.Count(got.String(), "\n"); n != 7 {
-			t.Errorf("name %q: %d lines formatted here, want 7 (six left to hclog):\n%s", name, n, got.String())
-		}
-		hlog.SetLevel(hclog.Warn)
-		got.Reset()
-		hc.Reset()
-		line.write(plog, plog.Logger, nil, &outcomes[0], "5308609.3kq7m2c", 4242)
-		if got.Len()+hc.Len() != 0 {
-			t.Errorf("name %q: a line at warn: %q %q", name, got.String(), hc.String())
-		}
-	}
-}
-
-// BenchmarkOutcomeLine is the outcome writer's work for one line: hclog's
-// formatting (a logger without a plain output), and the line formatted
-// here (plain), each into a buffer that discards it.
-//
-//	go test -run '^$' -bench OutcomeLine ./daemon
-func BenchmarkOutcomeLine(b *testing.B) {
-	o := core.Outcome{Path: "A/B/5308609", Offset: 150, User: "carol@example.net", Channel: "smtp",
-		Host: "example.net", Status: "ok3", Attempts: 1, Delay: 362 * time.Millisecond, Text: "delivered to the sink"}
-	for _, plain := range []bool{false, true} {
-		b.Run(map[bool]string{false: "hclog", true: "plain"}[plain], func(b *testing.B) {
-			hlog := hclog.New(&hclog.LoggerOptions{Name: "zsched", Level: hclog.Info, Output: io.Discard, DisableTime: true})
-			var log hclog.Logger = checkingLogger{hlog, new(int)}
-			if plain {
-				log = plainOutLogger{hlog, io.Discard}
-			}
-			line := newOutcomeLine()
-			line.usePlain(log)
-			unchecked := uncheckedOf(log)
-			b.ReportAllocs()
-			for b.Loop() {
-				line.write(log, unchecked, nil, &o, "5308609.3kq7m2c", 4242)
-			}
-		})
 	}
 }

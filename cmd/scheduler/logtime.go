@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"strings"
 	"time"
 
@@ -20,14 +19,7 @@ const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
 // indented lines). Values needing neither are passed through as they are,
 // without copying: the outcome line, one per recipient, costs a type
 // switch per value.
-type rfc3339Logger struct {
-	hclog.Logger
-	// plain, when not nil, is the run's log buffer, which puts each
-	// line's time in front of it, under a plain-format logger without
-	// values of its own (With): a caller may write a line of that format
-	// to it whole (PlainOutput).
-	plain io.Writer
-}
+type rfc3339Logger struct{ hclog.Logger }
 
 func fixArgs(args []any) []any {
 	var out []any
@@ -84,20 +76,10 @@ func (l rfc3339Logger) Error(msg string, args ...any) { l.Logger.Error(msg, fixA
 // recipient, spent an eighth of its formatting in it).
 func (l rfc3339Logger) Unchecked() hclog.Logger { return l.Logger }
 
-// PlainOutput is where the logger's lines go, each as one Write of a
-// line in hclog's plain format without its time (the writer puts it in
-// front), when that is so: a caller formatting a line itself, as hclog
-// would (the outcome line, one per recipient), writes it there. nil:
-// JSON, an output without the log buffer's stamp, or values added by With
-// that the line would have to carry.
-func (l rfc3339Logger) PlainOutput() io.Writer { return l.plain }
-
 func (l rfc3339Logger) With(args ...any) hclog.Logger {
-	return rfc3339Logger{Logger: l.Logger.With(fixArgs(args)...)} // implied values: no plain output
+	return rfc3339Logger{l.Logger.With(fixArgs(args)...)}
 }
-func (l rfc3339Logger) Named(name string) hclog.Logger {
-	return rfc3339Logger{l.Logger.Named(name), l.plain}
-}
+func (l rfc3339Logger) Named(name string) hclog.Logger { return rfc3339Logger{l.Logger.Named(name)} }
 func (l rfc3339Logger) ResetNamed(name string) hclog.Logger {
-	return rfc3339Logger{l.Logger.ResetNamed(name), l.plain}
+	return rfc3339Logger{l.Logger.ResetNamed(name)}
 }

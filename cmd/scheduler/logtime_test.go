@@ -76,51 +76,6 @@ func TestLogBufferStamp(t *testing.T) {
 	}
 }
 
-// TestLoggerPlainOutput: the run's logger over its log buffer gives the
-// buffer as its plain output (where the daemon writes outcome lines it
-// formats itself), named loggers too; a line written there gets its time
-// as hclog's own lines do. A logger with values of its own (With), one in
-// JSON and one over another writer give none.
-func TestLoggerPlainOutput(t *testing.T) {
-	var out bytes.Buffer
-	cfg := &config.Config{}
-	cfg.Scheduler.LogLevel = "info"
-	b := newLogBuffer(&out)
-	log := newLogger(cfg, b).(rfc3339Logger)
-	if log.PlainOutput() != b || log.Named("x").(rfc3339Logger).PlainOutput() != b ||
-		log.ResetNamed("y").(rfc3339Logger).PlainOutput() != b {
-		t.Fatalf("the run's logger and its named loggers: no plain output")
-	}
-	if log.With("k", "v").(rfc3339Logger).PlainOutput() != nil {
-		t.Errorf("a logger With values has a plain output")
-	}
-	if newLogger(cfg, &bytes.Buffer{}).(rfc3339Logger).PlainOutput() != nil {
-		t.Errorf("a logger over another writer has a plain output")
-	}
-	cfg.Scheduler.LogFormat = "json"
-	if newLogger(cfg, newLogBuffer(io.Discard)).(rfc3339Logger).PlainOutput() != nil {
-		t.Errorf("a JSON logger has a plain output")
-	}
-	log.Info("outcome", "msg", "5308609.3kq7m2c", "text", "delivered to the sink")
-	log.PlainOutput().Write([]byte("[INFO]  zsched: outcome: msg=5308609.3kq7m2c text=\"delivered to the sink\"\n"))
-	b.Flush()
-	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("%d lines, want 2:\n%s", len(lines), out.String())
-	}
-	for _, l := range lines {
-		stamp, _, _ := strings.Cut(l, " ")
-		if _, err := time.Parse(logTimeFormat, stamp); err != nil {
-			t.Errorf("line without its time: %q", l)
-		}
-	}
-	_, a, _ := strings.Cut(lines[0], " ")
-	_, c, _ := strings.Cut(lines[1], " ")
-	if a != c {
-		t.Errorf("hclog's line and the plain output's differ:\n%s\n%s", lines[0], lines[1])
-	}
-}
-
 // BenchmarkRunLogLine is an outcome line through the run's logger and
 // buffer.
 func BenchmarkRunLogLine(b *testing.B) {

@@ -337,16 +337,14 @@ func newLogger(cfg *config.Config, w io.Writer) hclog.Logger {
 		Output:     w,
 		TimeFormat: logTimeFormat,
 	}
-	var plain io.Writer
 	if b, ok := w.(*logBuffer); ok && !opts.JSONFormat {
 		// The buffer writes each line's time (logBuffer.stamp): hclog
 		// neither reads the clock nor formats it.
 		b.stamp = true
 		opts.DisableTime = true
 		opts.TimeFn = func() time.Time { return time.Time{} }
-		plain = b
 	}
-	return rfc3339Logger{hclog.New(opts), plain}
+	return rfc3339Logger{hclog.New(opts)}
 }
 
 func cmdRun(args []string, _ io.Reader, _, stderr io.Writer) error {
