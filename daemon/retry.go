@@ -432,15 +432,15 @@ func (d *Daemon) restoreRetry(a *core.Arrival, qid string, arrival time.Time) {
 			if !ok {
 				continue
 			}
+			if now.IsZero() {
+				now = d.now() // due needs it: a record stamped ahead of it (a clock stepped back) counts its wait from now
+			}
 			found = true
 			g.Attempts = max(g.Attempts, rec.attempts)
 			g.Retry = max(g.Retry, rec.retry)
 			if next := rec.due(now); next.After(g.Next) {
 				g.Next = next
 			}
-		}
-		if found && now.IsZero() {
-			now = d.now()
 		}
 		switch {
 		case found && !g.Next.After(now):
