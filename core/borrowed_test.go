@@ -3,7 +3,6 @@ package core_test
 import (
 	"fmt"
 	"math/rand"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,32 +118,6 @@ slow_start = false
 	}
 }
 
-// faulty answers jobs as agents under trouble do, by rng: most deliver
-// after up to 3 s, some defer a recipient, some fail the site, some crash
-// (exit with the job outstanding), some hang (killed at jobtimeout).
-func faulty(rng *rand.Rand) sim.Behavior {
-	return func(j sim.Job) sim.Response {
-		st := make([]report.Status, len(j.Rcpts))
-		r := sim.Response{Status: st, Delay: time.Duration(rng.Intn(3000)) * time.Millisecond}
-		for i := range st {
-			st[i] = report.OK3
-		}
-		switch p := rng.Intn(100); {
-		case p < 10:
-			st[0] = report.Deferred
-		case p < 15:
-			for i := range st {
-				st[i] = report.DeferAll
-			}
-		case p < 19:
-			r.Crash, r.Status = true, nil
-		case p < 22:
-			r.Hang = true
-		}
-		return r
-	}
-}
-
 // TestBorrowedJobsHoldLeases: two nodes with feed = "message" share their
 // destinations' windows (2 sessions) on one board. Each job an agent
 // borrows on another destination holds a lease of its own: after every
@@ -173,7 +146,7 @@ jobtimeout = "2m"
 	const shared = 2
 	for seed := int64(1); seed <= 4; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		ns := []*sim.Sim{sim.New(cfg, faulty(rng), seed), sim.New(cfg, faulty(rng), seed+100)}
+		ns := []*sim.Sim{sim.New(cfg, sim.Troubled(rng), seed), sim.New(cfg, sim.Troubled(rng), seed+100)}
 		c := sim.NewCluster(ns)
 		board := window.NewBoard(30 * time.Second)
 		nodes := []*window.Node{board.Node("mx1"), board.Node("mx2")}
@@ -195,7 +168,9 @@ jobtimeout = "2m"
 				t.Fatalf("seed %d: %v", seed, err)
 			}
 			if step%7 == 0 && len(killed) < 6 {
-				killBorrowed(t, ns[step%2], killed)
+				if _, err := ns[step%2].KillBorrowed(killed); err != nil {
+					t.Fatal(err)
+				}
 			}
 			sessions := map[string]int{}
 			for i, s := range ns {
@@ -220,7 +195,7 @@ jobtimeout = "2m"
 			}
 		}
 		for i, s := range ns {
-			if p := pendingBut(s, killed); len(p) > 0 {
+			if p := s.PendingExcept(killed); len(p) > 0 {
 				t.Errorf("seed %d: node %d left %d recipients, e.g. %s", seed, i, len(p), p[0])
 			}
 			kills += s.Core.Counters().Killed
@@ -251,48 +226,6 @@ func TestWhyClusterCountsBorrowed(t *testing.T) {
 	if got := w.String(); strings.Contains(got, "borrowed") {
 		t.Errorf("WHY without borrowed jobs %q", got)
 	}
-}
-
-// killBorrowed kills (the operator's KILL) the first message of s, by
-// inode number, one of whose recipients is being delivered on a borrowed
-// session, and notes its path in killed: the job ends when its agent
-// answers, the message gone.
-func killBorrowed(t *testing.T, s *sim.Sim, killed map[string]bool) {
-	t.Helper()
-	inums := make([]int64, 0, len(s.Msgs))
-	for inum := range s.Msgs {
-		inums = append(inums, inum)
-	}
-	slices.Sort(inums)
-	for _, inum := range inums {
-		path := s.Msgs[inum].Path
-		mv, err := s.Core.Message(s.Now, path)
-		if err != nil {
-			continue
-		}
-		for _, v := range mv.Vertices {
-			if v.Why.Via != "" {
-				s.Do(func(now time.Time) {
-					if err := s.Core.Kill(now, path); err != nil {
-						t.Fatal(err)
-					}
-				})
-				killed[path] = true
-				return
-			}
-		}
-	}
-}
-
-// pendingBut is s.Pending without the recipients of killed messages.
-func pendingBut(s *sim.Sim, killed map[string]bool) []string {
-	var p []string
-	for _, r := range s.Pending() {
-		if path, _, _ := strings.Cut(r, ":"); !killed[path] {
-			p = append(p, r)
-		}
-	}
-	return p
 }
 
 // lateBook answers as a Redis book does: later. It hands its node's
@@ -344,7 +277,7 @@ jobtimeout = "2m"
 	const shared, dests = 2, 6
 	for seed := int64(1); seed <= 4; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		ns := []*sim.Sim{sim.New(cfg, faulty(rng), seed), sim.New(cfg, faulty(rng), seed+100)}
+		ns := []*sim.Sim{sim.New(cfg, sim.Troubled(rng), seed), sim.New(cfg, sim.Troubled(rng), seed+100)}
 		c := sim.NewCluster(ns)
 		board := window.NewBoard(time.Hour)
 		books := []*lateBook{{node: board.Node("mx1")}, {node: board.Node("mx2")}}

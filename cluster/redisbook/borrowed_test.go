@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +12,6 @@ import (
 	"zsched/cluster"
 	"zsched/config"
 	"zsched/internal/redistest"
-	zreport "zsched/report"
 	"zsched/sim"
 	"zsched/window"
 )
@@ -76,33 +73,6 @@ func (s *loopBook) Do(now time.Time, reqs []window.Request) []window.Event {
 	}
 }
 
-// faultyAgents answer jobs as agents under trouble do, by rng: most
-// deliver after up to 3 s, some defer a recipient, some fail the site,
-// some crash with the job outstanding, some hang until jobtimeout kills
-// them.
-func faultyAgents(rng *rand.Rand) sim.Behavior {
-	return func(j sim.Job) sim.Response {
-		st := make([]zreport.Status, len(j.Rcpts))
-		r := sim.Response{Status: st, Delay: time.Duration(rng.Intn(3000)) * time.Millisecond}
-		for i := range st {
-			st[i] = zreport.OK3
-		}
-		switch p := rng.Intn(100); {
-		case p < 10:
-			st[0] = zreport.Deferred
-		case p < 15:
-			for i := range st {
-				st[i] = zreport.DeferAll
-			}
-		case p < 19:
-			r.Crash, r.Status = true, nil
-		case p < 22:
-			r.Hang = true
-		}
-		return r
-	}
-}
-
 // TestBorrowedJobsShareTheWindow: two simulated nodes with feed =
 // "message" (their cores, queues and agents in the simulator, on one fake
 // clock) share their destinations' windows of 2 sessions through a
@@ -133,7 +103,7 @@ jobtimeout = "2m"
 	}
 	const shared, dests = 2, 6
 	rng := rand.New(rand.NewSource(1))
-	ns := []*sim.Sim{sim.New(cfg, faultyAgents(rng), 1), sim.New(cfg, faultyAgents(rng), 2)}
+	ns := []*sim.Sim{sim.New(cfg, sim.Troubled(rng), 1), sim.New(cfg, sim.Troubled(rng), 2)}
 	books := make([]*loopBook, len(ns))
 	wbooks := make([]window.Book, len(ns))
 	for i := range ns {
@@ -169,7 +139,9 @@ jobtimeout = "2m"
 	drained := func() bool { return ns[0].Core.Messages()+ns[1].Core.Messages() == 0 }
 	for step := 0; !drained(); step++ {
 		if step%7 == 0 && len(killed) < 6 {
-			killBorrowed(t, ns[step%2], killed)
+			if _, err := ns[step%2].KillBorrowed(killed); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if !c.Step() {
 			// Nothing is due anywhere: a node waits for a Free the store
@@ -198,7 +170,7 @@ jobtimeout = "2m"
 		}
 	}
 	for i, s := range ns {
-		if p := pendingBut(s, killed); len(p) > 0 {
+		if p := s.PendingExcept(killed); len(p) > 0 {
 			t.Errorf("node %d left %d recipients, e.g. %s", i, len(p), p[0])
 		}
 	}
@@ -273,45 +245,4 @@ func waitFree(t *testing.T, c *sim.Cluster, books []*loopBook) {
 	}
 	s := c.Nodes[i]
 	s.Do(func(now time.Time) { s.Core.Window(now, evs) })
-}
-
-// killBorrowed kills (the operator's KILL) the first message of s, by
-// inode number, one of whose recipients is being delivered on a borrowed
-// session, and notes its path in killed.
-func killBorrowed(t *testing.T, s *sim.Sim, killed map[string]bool) {
-	t.Helper()
-	inums := make([]int64, 0, len(s.Msgs))
-	for inum := range s.Msgs {
-		inums = append(inums, inum)
-	}
-	slices.Sort(inums)
-	for _, inum := range inums {
-		path := s.Msgs[inum].Path
-		mv, err := s.Core.Message(s.Now, path)
-		if err != nil {
-			continue
-		}
-		for _, v := range mv.Vertices {
-			if v.Why.Via != "" {
-				s.Do(func(now time.Time) {
-					if err := s.Core.Kill(now, path); err != nil {
-						t.Fatal(err)
-					}
-				})
-				killed[path] = true
-				return
-			}
-		}
-	}
-}
-
-// pendingBut is s.Pending without the recipients of killed messages.
-func pendingBut(s *sim.Sim, killed map[string]bool) []string {
-	var p []string
-	for _, r := range s.Pending() {
-		if path, _, _ := strings.Cut(r, ":"); !killed[path] {
-			p = append(p, r)
-		}
-	}
-	return p
 }
