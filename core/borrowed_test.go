@@ -118,16 +118,9 @@ slow_start = false
 	}
 }
 
-// TestBorrowedJobsHoldLeases: two nodes with feed = "message" share their
-// destinations' windows (2 sessions) on one board. Each job an agent
-// borrows on another destination holds a lease of its own: after every
-// event, each node holds exactly one lease per session in progress on a
-// destination (its agents and its borrowed jobs), so no path leaves one
-// behind (job end, site failure, crash, jobtimeout kill), and the
-// sessions of both nodes on a destination never exceed the shared window.
-// Every lease is back once the queues drain.
-func TestBorrowedJobsHoldLeases(t *testing.T) {
-	cfg, err := parseConfig(`
+// troubledConfig is the clause of the borrowed leases' property tests:
+// three agents fed by message, two sessions a destination, quick retries.
+const troubledConfig = `
 [[clause]]
 select = "smtp/*"
 command = "sink -c smtp"
@@ -139,7 +132,18 @@ slow_start = false
 interval = "1m"
 retries = [1, 2]
 jobtimeout = "2m"
-`)
+`
+
+// TestBorrowedJobsHoldLeases: two nodes with feed = "message" share their
+// destinations' windows (2 sessions) on one board. Each job an agent
+// borrows on another destination holds a lease of its own: after every
+// event, each node holds exactly one lease per session in progress on a
+// destination (its agents and its borrowed jobs), so no path leaves one
+// behind (job end, site failure, crash, jobtimeout kill), and the
+// sessions of both nodes on a destination never exceed the shared window.
+// Every lease is back once the queues drain.
+func TestBorrowedJobsHoldLeases(t *testing.T) {
+	cfg, err := parseConfig(troubledConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,19 +262,7 @@ func (b *lateBook) take() []window.Event {
 // answer saying dead until a time already past included), jobs are
 // borrowed, and every lease is back at the end.
 func TestBorrowedLeasesAnsweredLate(t *testing.T) {
-	cfg, err := parseConfig(`
-[[clause]]
-select = "smtp/*"
-command = "sink -c smtp"
-feed = "message"
-maxring = 3
-overfeed = 2
-maxthr = 2
-slow_start = false
-interval = "1m"
-retries = [1, 2]
-jobtimeout = "2m"
-`)
+	cfg, err := parseConfig(troubledConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
