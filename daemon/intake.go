@@ -65,7 +65,8 @@ import (
 //   - a line locked by a live process (ctlfile.LockError): read again
 //     later (admission.LockRetryAt); a lock held by a process that is not
 //     one of our agents is judged stale by rule (admission.JudgeLocks)
-//     and reset;
+//     and reset, its holder killed first if it is provably an earlier
+//     scheduler's agent (killOrphans);
 //   - any other error (EMFILE, ENFILE, EIO, EACCES, ENOMEM…): transient,
 //     read again with a doubling delay (admission.ReadRetryDelay),
 //     logged once when it starts and once when it ends.
@@ -701,6 +702,7 @@ func (d *Daemon) readFailed(now time.Time, rel string, err error) {
 func (d *Daemon) locked(now time.Time, rel string, le *ctlfile.LockError) {
 	v := admission.JudgeLocks(now, d.operator.started, d.locksOf(le), d.ownsPID(), d.lockLimits)
 	if v.Stale {
+		d.killOrphans(now, rel, le) // before a reset lets its recipients go out again
 		for _, l := range le.Locks {
 			d.log.Warn("lock held by a live process that is not one of our agents judged stale; resetting it",
 				"msg", rel, "pid", l.PID, "offset", l.Offset, "since", le.Changed.UTC().Format(time.RFC3339), "reason", v.Reason)

@@ -172,6 +172,28 @@ func readPastJobTimeout(t *testing.T, d *Daemon, locked time.Time) {
 	}
 }
 
+// TestOrphanedAgentKilled: an agent of a scheduler killed by SIGKILL, hung
+// (a server that never answers) with a line locked, is killed with its
+// whole process group (the child it forked too) when its lock, past
+// jobtimeout, is reset: if it ever woke it would deliver the recipient the
+// scheduler now delivers.
+func TestOrphanedAgentKilled(t *testing.T) {
+	d := intakeDaemon(t, "", 100, 100, 1, 1, false)
+	t.Cleanup(d.close)
+	o := startOrphan(t, d.spool.TransportDir(), orphanLeader)
+	locked := lockBy(t, d, o.leader)
+	readPastJobTimeout(t, d, locked)
+	if !exited(o.leaderFD) {
+		t.Error("the orphaned agent outlived the reset of its lock")
+	}
+	if !exited(o.childFD) {
+		t.Error("the orphaned agent's child outlived the reset of its lock")
+	}
+	if o.canWake(t) {
+		t.Error("the orphaned agent can still deliver the recipient")
+	}
+}
+
 // TestNotAnAgentLeftAlone: a live process holding the lock that is not
 // provably an agent of this postoffice's earlier scheduler — working
 // elsewhere, or not leading its own process group (killing the group
