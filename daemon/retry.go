@@ -342,9 +342,19 @@ func (j *journal) compact() error {
 	if err != nil {
 		return err
 	}
+	defer f.Close()
+	return j.compactFrom(f)
+}
+
+// compactFrom is compact of the journal read from r. A read that fails
+// part way (EIO) leaves the journal as it is, as loadJournal does: the
+// records past the fault would be lost for good; a line too long ends the
+// read as at start (damage).
+func (j *journal) compactFrom(r io.Reader) error {
 	m := make(map[string]map[int64]retryRec)
-	replayJournal(f, m)
-	f.Close()
+	if _, err := replayJournalErr(r, m); err != nil && !errors.Is(err, bufio.ErrTooLong) {
+		return fmt.Errorf("read: %w", err)
+	}
 	data := formatJournal(m)
 	if err := writeAtomic(j.path, data); err != nil {
 		return err

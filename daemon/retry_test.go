@@ -1,11 +1,16 @@
 package daemon
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"zsched/core"
@@ -183,5 +188,26 @@ func TestUnreadableJournalLeftAlone(t *testing.T) {
 	fi, err := os.Lstat(path)
 	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
 		t.Fatalf("the unreadable journal was replaced: %v, %v", fi.Mode(), err)
+	}
+}
+
+// TestCompactLeavesUnreadJournal: a compaction whose read of the journal
+// fails part way (EIO) leaves the journal as it is, as a start does
+// (TestUnreadableJournalLeftAlone): rewritten with what could be read of
+// it, the records after the fault would be lost for good.
+func TestCompactLeavesUnreadJournal(t *testing.T) {
+	t0 := time.UnixMilli(1_700_000_000_123)
+	j := &journal{path: filepath.Join(t.TempDir(), "retry"), now: func() time.Time { return t0 }}
+	j.deferred("1.a", core.Outcome{Offset: 100, Attempts: 1, Next: t0.Add(time.Minute)})
+	j.deferred("2.b", core.Outcome{Offset: 100, Attempts: 1, Next: t0.Add(time.Minute)})
+	j.write()
+	whole := mustRead(t, j.path)
+	cut := bytes.Index(whole, []byte("D 2.b"))
+	r := io.MultiReader(bytes.NewReader(whole[:cut]), iotest.ErrReader(syscall.EIO))
+	if err := j.compactFrom(r); !errors.Is(err, syscall.EIO) {
+		t.Errorf("compaction of a journal read in part: %v, want EIO", err)
+	}
+	if got := mustRead(t, j.path); !bytes.Equal(got, whole) {
+		t.Fatalf("the journal was rewritten with what was read of it:\n%s\nwant\n%s", got, whole)
 	}
 }
