@@ -101,6 +101,10 @@ type journal struct {
 	failing     bool // the last write failed (logged once)
 	stop        chan struct{}
 	done        chan struct{}
+
+	// unwritten is what writes could not append, each flush's lines after
+	// their "# at" line, for the next write (its goroutine's).
+	unwritten []byte
 }
 
 // loadJournal replays the journal. Called by New, before any read.
@@ -251,18 +255,29 @@ func (j *journal) run() {
 }
 
 // write appends the buffered lines, then compacts when due. Lines it
-// cannot append (a full disk, EIO) are kept, ahead of those buffered
-// since, and appended by a later flush: dropped, a deferral would be
-// retried early after a restart, and a flush or a message's end (F, X)
-// forgotten. What a failed write left of them is cut off, so that no line
-// is written in half. The failure is logged once, until a write succeeds.
+// cannot append (a full disk, EIO) are kept (unwritten), stamped with the
+// time they were first written, ahead of those buffered since, and
+// appended by a later flush: dropped, a deferral would be retried early
+// after a restart, and a flush or a message's end (F, X) forgotten;
+// stamped again with the later write's time, a record would count its
+// wait from then after a clock step back. What a failed write left of
+// them is cut off, so that no line is written in half. The failure is
+// logged once, until a write succeeds.
 func (j *journal) write() {
 	b := j.take()
-	if b == nil {
+	if b == nil && j.unwritten == nil {
 		return
 	}
-	if err := j.append(j.stamp(b)); err != nil {
-		dropped := j.keep(b)
+	out := j.unwritten
+	if b != nil {
+		out = append(out, j.stamp(b)...)
+	}
+	if err := j.append(out); err != nil {
+		j.unwritten = out
+		dropped := 0
+		if len(out) > journalKeepMax {
+			j.unwritten, dropped = nil, len(out)
+		}
 		if !j.failing {
 			j.failing = true
 			j.log.Error("cannot append to the retry journal; its lines are kept and written again",
@@ -274,11 +289,12 @@ func (j *journal) write() {
 		}
 		return
 	}
+	j.unwritten = nil
 	if j.failing {
 		j.failing = false
 		j.log.Info("retry journal written again", "file", j.path)
 	}
-	j.lines += bytes.Count(b, []byte{'\n'})
+	j.lines += bytes.Count(out, []byte{'\n'})
 	if j.lines >= journalCompactMin && j.lines > 2*j.live {
 		if err := j.compact(); err != nil {
 			// Tried again after as many lines more, not at every flush.
@@ -291,22 +307,6 @@ func (j *journal) write() {
 // journalKeepMax bounds the lines kept while the journal cannot be
 // written: some 100 000 deferrals.
 const journalKeepMax = 8 << 20
-
-// keep puts b, which could not be written, back ahead of what the loop
-// buffered since; past journalKeepMax it drops b instead and returns its
-// size.
-func (j *journal) keep(b []byte) (dropped int) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if len(b)+j.buf.Len() > journalKeepMax {
-		return len(b)
-	}
-	rest := bytes.Clone(j.buf.Bytes())
-	j.buf.Reset()
-	j.buf.Write(b)
-	j.buf.Write(rest)
-	return 0
-}
 
 // stamp returns b after a line with the time it is written.
 func (j *journal) stamp(b []byte) []byte {

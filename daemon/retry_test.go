@@ -13,6 +13,8 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"zsched/core"
 	"zsched/ctlfile"
 )
@@ -209,5 +211,39 @@ func TestCompactLeavesUnreadJournal(t *testing.T) {
 	}
 	if got := mustRead(t, j.path); !bytes.Equal(got, whole) {
 		t.Fatalf("the journal was rewritten with what was read of it:\n%s\nwant\n%s", got, whole)
+	}
+}
+
+// TestJournalKeptLinesKeepTheirStamp: lines a failed write kept are
+// appended later under the time they were first written, and those
+// buffered since under theirs: stamped with the later write's time, a
+// record would count its wait from then after a clock step back, and its
+// recipient be retried early by as long as the journal could not be
+// written.
+func TestJournalKeptLinesKeepTheirStamp(t *testing.T) {
+	t0 := time.UnixMilli(1_700_000_000_123)
+	now := t0
+	dir := filepath.Join(t.TempDir(), "state")
+	j := &journal{path: filepath.Join(dir, "retry"), log: hclog.NewNullLogger(), now: func() time.Time { return now }}
+	j.deferred("1.a", core.Outcome{Offset: 100, Attempts: 1, Next: t0.Add(2 * time.Hour)})
+	j.write() // no directory yet: fails, the line is kept
+	if _, err := os.Stat(j.path); err == nil {
+		t.Fatal("the first write did not fail")
+	}
+	now = t0.Add(time.Hour)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	j.deferred("2.b", core.Outcome{Offset: 100, Attempts: 1, Next: now.Add(time.Minute)})
+	j.write()
+	m := make(map[string]map[int64]retryRec)
+	if bad := replayJournal(bytes.NewReader(mustRead(t, j.path)), m); bad != 0 {
+		t.Fatalf("%d bad lines", bad)
+	}
+	if r := m["1.a"][100]; !r.at.Equal(t0) {
+		t.Errorf("kept record written at %v, want %v (when it was first written)", r.at, t0)
+	}
+	if r := m["2.b"][100]; !r.at.Equal(now) {
+		t.Errorf("record buffered since written at %v, want %v", r.at, now)
 	}
 }
