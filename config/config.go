@@ -72,7 +72,8 @@ type Clause struct {
 	// due vertices in the ring (each on its own thread, within its
 	// window), so that an agent's consecutive jobs reuse one message's
 	// open files. Not with a host-bound command (its agents serve one
-	// host) nor with [cluster].
+	// host); with [cluster], each job an agent borrows on another
+	// destination holds a lease of its own from the shared book.
 	Feed string
 
 	InitialConcurrency   int      // starting window; default 5, at most MaxThr
