@@ -192,8 +192,9 @@ func (s *Core) attachedAgents() map[*thread.Thread][]int {
 
 // borrowedSessions counts, per thread, the sessions held by jobs of
 // agents attached to other threads (entry.borrowed). It walks the agents'
-// outstanding lines, at most overfeed+1 each: the views' cost follows the
-// agents, and the feed's hot path keeps no count for them.
+// outstanding lines, at most overfeed+1 each, and only when there are
+// any (Core.borrowed, the one count the feed's hot path keeps): the views'
+// cost follows the agents.
 func (s *Core) borrowedSessions() map[*thread.Thread]int {
 	m := make(map[*thread.Thread]int)
 	if s.borrowed == 0 {
