@@ -125,6 +125,7 @@ type Daemon struct {
 	retry    *journal     // retry state kept on disk (retry.go)
 	statelog *stateLog    // the per-attempt log (statelog.go)
 	census   censusState  // what waits on disk beyond the core (census.go)
+	orphans  orphanWaits  // killed earlier schedulers' agents waited for (orphan.go)
 }
 
 // New prepares a daemon for cfg: it creates the spool directories, the pid
@@ -336,6 +337,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-d.rm.done:
 			d.clock.woke()
 			d.removed(d.rm.take()) // complete.go
+		case <-d.orphanDone():
+			d.clock.woke()
+			d.orphansWaited() // resets the locks of the killed agents' files
 		case rel, ok := <-notify:
 			d.clock.woke()
 			if !ok {

@@ -697,19 +697,17 @@ func (d *Daemon) readFailed(now time.Time, rel string, err error) {
 
 // locked handles a file with lines locked by live processes: judged stale
 // (a process that is not one of ours, by rule: admission.JudgeLocks), it
-// is read again at once, breaking those locks; otherwise later
+// is read again at once, breaking those locks — once the holders killed
+// as an earlier scheduler's agents are gone (killOrphans); otherwise later
 // (admission.LockRetryAt).
 func (d *Daemon) locked(now time.Time, rel string, le *ctlfile.LockError) {
 	v := admission.JudgeLocks(now, d.operator.started, d.locksOf(le), d.ownsPID(), d.lockLimits)
 	if v.Stale {
-		d.killOrphans(now, rel, le) // before a reset lets its recipients go out again
-		for _, l := range le.Locks {
-			d.log.Warn("lock held by a live process that is not one of our agents judged stale; resetting it",
-				"msg", rel, "pid", l.PID, "offset", l.Offset, "since", le.Changed.UTC().Format(time.RFC3339), "reason", v.Reason)
+		// Before a reset lets its recipients go out again; if it killed
+		// one, the reset waits for its end (orphansWaited).
+		if !d.killOrphans(now, rel, le, v.Reason) {
+			d.breakLocks(rel, le, v.Reason)
 		}
-		d.doneWaiting(rel, "")
-		d.in.breaks[rel] = le
-		d.in.push(rel)
 		return
 	}
 	at := admission.LockRetryAt(now, v)
@@ -730,6 +728,18 @@ func (d *Daemon) locked(now time.Time, rel string, le *ctlfile.LockError) {
 		d.log.Debug("control file locked by a live process; reading it later", "msg", rel, "pid", v.PID)
 	}
 	w.lockPID = v.PID
+}
+
+// breakLocks has rel read again at once, resetting its locks judged stale
+// for reason.
+func (d *Daemon) breakLocks(rel string, le *ctlfile.LockError, reason string) {
+	for _, l := range le.Locks {
+		d.log.Warn("lock held by a live process that is not one of our agents judged stale; resetting it",
+			"msg", rel, "pid", l.PID, "offset", l.Offset, "since", le.Changed.UTC().Format(time.RFC3339), "reason", reason)
+	}
+	d.doneWaiting(rel, "")
+	d.in.breaks[rel] = le
+	d.in.push(rel)
 }
 
 // locksOf is what admission.JudgeLocks needs of a read's live locks, with

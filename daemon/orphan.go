@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -46,17 +48,65 @@ import (
 // and a file's status-change time may be a tick coarse too.
 const startPrecision = 20 * time.Millisecond
 
-// orphanExitWait bounds the wait, on the loop, for a killed orphan's
-// group to be gone before its locks are reset: SIGKILL ends a process at
-// once unless it is stuck in the kernel (a dead NFS server), which must
-// not stop the scheduler.
+// orphanExitWait bounds the wait for a killed orphan's group to be gone
+// before its locks are reset: SIGKILL ends a process at once unless it is
+// stuck in the kernel (a dead NFS server), which must not stop the
+// scheduler. The wait runs beside the loop (orphanWaits), which never
+// blocks on a process.
 const orphanExitWait = time.Second
 
-// killOrphans kills, before a file's locks judged stale are reset, each
-// process holding one for longer than its clause's jobtimeout that is
-// provably an agent of this postoffice's earlier scheduler.
-func (d *Daemon) killOrphans(now time.Time, rel string, le *ctlfile.LockError) {
+// orphanWaits are the waits, each on a goroutine beside the loop, for the
+// process groups of killed orphans to be gone. A file's stale locks are
+// reset when its wait ends (Run's select: done), not before — the
+// recipient must not go out while the killed agent may still deliver it;
+// meanwhile the file waits in later, shown by mailq and WHY. A wait ends
+// within orphanExitWait whether or not Run still takes its end, so a stop
+// neither waits for it nor leaves it running.
+type orphanWaits struct {
+	// pending is each file's wait; Run's goroutine only.
+	pending map[string]*orphanWait
+
+	mu    sync.Mutex
+	ended []*orphanWait // waits over, not yet taken by Run
+
+	done chan struct{} // ended has news (capacity 1); nil before the first wait
+	// wait waits for a killed group to be gone, as waitGroupGone (nil);
+	// tests put a fake here.
+	wait func(fd, pgid int, deadline time.Time) bool
+}
+
+// orphanWait is one file's wait for its killed orphans.
+type orphanWait struct {
+	rel    string
+	le     *ctlfile.LockError
+	reason string     // why its locks are stale (admission's verdict)
+	w      *waitState // the file's wait while this one runs
+	// stuck are the killed agents whose group was not seen gone within
+	// orphanExitWait; set by the wait's goroutine before it hands p over.
+	stuck []int
+}
+
+// killedOrphan is a killed orphan to wait for: its pid (its group's id)
+// and a pidfd of it.
+type killedOrphan struct{ pid, fd int }
+
+// killOrphans kills, before a file's locks judged stale (for reason) are
+// reset, each process holding one for longer than its clause's jobtimeout
+// that is provably an agent of this postoffice's earlier scheduler. If it
+// killed one, it starts the wait for their groups to be gone beside the
+// loop, puts the file waiting and returns true: the locks are reset when
+// the wait ends (orphansWaited). Otherwise they may be reset now.
+func (d *Daemon) killOrphans(now time.Time, rel string, le *ctlfile.LockError, reason string) bool {
+	ow := &d.orphans
+	if p := ow.pending[rel]; p != nil {
+		// Read again while its wait still runs: the file waited
+		// orphanExitWait since the kill (by the loop's clock), the bound
+		// of the wait; its locks are reset now, as when the wait runs out.
+		delete(ow.pending, rel)
+		return false
+	}
 	var dir os.FileInfo
+	var killed []killedOrphan
 	done := map[int]bool{}
 	for _, l := range le.Locks {
 		jobTimeout, _ := d.lockLimits(l.Channel, l.Host)
@@ -68,63 +118,149 @@ func (d *Daemon) killOrphans(now time.Time, rel string, le *ctlfile.LockError) {
 			var err error
 			if dir, err = os.Stat(d.spool.TransportDir()); err != nil {
 				d.log.Warn("cannot tell the earlier scheduler's agents; lock holders left alone", "msg", rel, "error", err)
-				return
+				break
 			}
 		}
-		gone, err := killOrphan(l.PID, le.Changed, dir)
+		fd, err := killOrphan(l.PID, le.Changed, dir)
 		if err != nil {
 			d.log.Debug("lock holder left alone: not provably an earlier scheduler's agent", "msg", rel, "pid", l.PID, "why", err)
 			continue
 		}
 		d.log.Warn("killed an earlier scheduler's agent, still holding a lock past jobtimeout, with its process group",
-			"pid", l.PID, "pgid", l.PID, "file", rel, "age", now.Sub(le.Changed).Round(time.Second).String(), "exited", gone)
+			"pid", l.PID, "pgid", l.PID, "file", rel, "age", now.Sub(le.Changed).Round(time.Second).String())
+		killed = append(killed, killedOrphan{pid: l.PID, fd: fd})
+	}
+	if len(killed) == 0 {
+		return false
+	}
+	pids := make([]string, len(killed))
+	for i, k := range killed {
+		pids[i] = strconv.Itoa(k.pid)
+	}
+	who := "agent pid " + pids[0]
+	if len(pids) > 1 {
+		who = "agents, pids " + strings.Join(pids, ", ") + ","
+	}
+	// Read again at the wait's bound, should its end not come first.
+	w := d.wait(now, rel, now.Add(orphanExitWait),
+		fmt.Sprintf("killed the earlier scheduler's %s; resetting its lock once it has exited", who))
+	p := &orphanWait{rel: rel, le: le, reason: reason, w: w}
+	if ow.done == nil {
+		ow.done = make(chan struct{}, 1)
+		ow.pending = make(map[string]*orphanWait)
+	}
+	ow.pending[rel] = p
+	wait := ow.wait
+	if wait == nil {
+		wait = waitGroupGone
+	}
+	deadline, news := time.Now().Add(orphanExitWait), ow.done
+	go func() {
+		asHelper()
+		var stuck []int
+		for _, k := range killed {
+			if !wait(k.fd, k.pid, deadline) {
+				stuck = append(stuck, k.pid)
+			}
+			unix.Close(k.fd)
+		}
+		p.stuck = stuck
+		ow.mu.Lock()
+		ow.ended = append(ow.ended, p)
+		ow.mu.Unlock()
+		poke(news)
+	}()
+	return true
+}
+
+// orphanDone is ready when a wait for killed orphans has ended; nil
+// (never ready in Run's select) before the first.
+func (d *Daemon) orphanDone() <-chan struct{} { return d.orphans.done }
+
+// orphansWaited resets the stale locks of the files whose wait for their
+// killed orphans has ended, unless the file was read again meanwhile.
+func (d *Daemon) orphansWaited() {
+	ow := &d.orphans
+	ow.mu.Lock()
+	ended := ow.ended
+	ow.ended = nil
+	ow.mu.Unlock()
+	for _, p := range ended {
+		if ow.pending[p.rel] != p {
+			continue // reset already, when read again at the bound
+		}
+		delete(ow.pending, p.rel)
+		if len(p.stuck) > 0 {
+			d.log.Warn("a killed earlier scheduler's agent's process group did not exit in time; resetting its lock anyway",
+				"msg", p.rel, "pids", p.stuck, "waited", orphanExitWait.String())
+		}
+		if d.in.waiting[p.rel] != p.w {
+			continue // read since (its locks gone with their holder), or killed by an operator
+		}
+		keep := d.in.later[:0]
+		for _, l := range d.in.later {
+			if l.rel != p.rel {
+				keep = append(keep, l)
+			}
+		}
+		clear(d.in.later[len(keep):])
+		d.in.later = keep
+		d.breakLocks(p.rel, p.le, p.reason)
 	}
 }
 
 // killOrphan kills pid's process group if pid is provably an agent of an
 // earlier scheduler of the postoffice whose transport/ is dir, holding a
-// lock written at locked; it returns whether the group was seen to end,
-// or why pid was left alone.
-func killOrphan(pid int, locked time.Time, dir os.FileInfo) (gone bool, err error) {
+// lock written at locked; it returns a pidfd of pid, for the caller to
+// wait on (waitGroupGone) and close, or why pid was left alone.
+func killOrphan(pid int, locked time.Time, dir os.FileInfo) (pidfd int, err error) {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
-		return false, fmt.Errorf("daemon: pidfd of %d: %w", pid, err)
+		return -1, fmt.Errorf("daemon: pidfd of %d: %w", pid, err)
 	}
-	defer unix.Close(fd)
+	if err := killPinned(fd, pid, locked, dir); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// killPinned is killOrphan's checks and kill, of the process of pidfd fd.
+func killPinned(fd, pid int, locked time.Time, dir os.FileInfo) error {
 	s, err := readProcStat(pid)
 	if err != nil {
-		return false, err
+		return err
 	}
 	started, err := tickStart(s)
 	if err != nil {
-		return false, err
+		return err
 	}
 	switch {
 	case !started.Add(startPrecision).Before(locked):
-		return false, fmt.Errorf("daemon: process %d started at %s, not before its lock (%s)", pid, started.UTC().Format(time.RFC3339Nano), locked.UTC().Format(time.RFC3339Nano))
+		return fmt.Errorf("daemon: process %d started at %s, not before its lock (%s)", pid, started.UTC().Format(time.RFC3339Nano), locked.UTC().Format(time.RFC3339Nano))
 	case s.pgrp != pid:
-		return false, fmt.Errorf("daemon: process %d is in group %d, not its own", pid, s.pgrp)
+		return fmt.Errorf("daemon: process %d is in group %d, not its own", pid, s.pgrp)
 	case s.ppid == os.Getpid():
-		return false, fmt.Errorf("daemon: process %d is a child of this scheduler", pid)
+		return fmt.Errorf("daemon: process %d is a child of this scheduler", pid)
 	}
 	cwd, err := os.Stat("/proc/" + strconv.Itoa(pid) + "/cwd")
 	if err != nil {
-		return false, fmt.Errorf("daemon: working directory of %d: %w", pid, err)
+		return fmt.Errorf("daemon: working directory of %d: %w", pid, err)
 	}
 	if !os.SameFile(cwd, dir) {
-		return false, fmt.Errorf("daemon: process %d works in another directory than transport/", pid)
+		return fmt.Errorf("daemon: process %d works in another directory than transport/", pid)
 	}
 	// What was read is about the pidfd's process only if it is still
 	// alive: stopping it through the pidfd says so, and keeps it (and so
 	// its group id) until the group's SIGKILL.
 	if err := unix.PidfdSendSignal(fd, unix.SIGSTOP, nil, 0); err != nil {
-		return false, fmt.Errorf("daemon: process %d: %w", pid, err)
+		return fmt.Errorf("daemon: process %d: %w", pid, err)
 	}
 	if err := unix.Kill(-pid, unix.SIGKILL); err != nil {
 		unix.PidfdSendSignal(fd, unix.SIGCONT, nil, 0) // as it was
-		return false, fmt.Errorf("daemon: kill process group %d: %w", pid, err)
+		return fmt.Errorf("daemon: kill process group %d: %w", pid, err)
 	}
-	return waitGroupGone(fd, pid, time.Now().Add(orphanExitWait)), nil
+	return nil
 }
 
 // tickStart is when a process started, to the clock tick (early by up to

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -166,6 +168,12 @@ func readPastJobTimeout(t *testing.T, d *Daemon, locked time.Time) {
 	d.now = func() time.Time { return now }
 	d.startScan(now)
 	step(d)
+	if len(d.orphans.pending) > 0 {
+		// A killed agent's group, waited for beside the loop: the loop
+		// takes the wait's end as from Run's select.
+		<-d.orphanDone()
+		d.orphansWaited()
+	}
 	step(d) // a lock judged stale is read again, breaking it
 	if d.core.Messages() != 1 {
 		t.Fatalf("%d messages in core after the lock's jobtimeout", d.core.Messages())
@@ -240,11 +248,73 @@ func TestNotAnAgentLeftAlone(t *testing.T) {
 			t.Error("a process started after the lock was written was killed")
 		}
 		// The same process, had it started before the lock: killed.
-		if _, err := killOrphan(o.leader, time.Now().Add(time.Second), fi); err != nil {
+		fd, err := killOrphan(o.leader, time.Now().Add(time.Second), fi)
+		if err != nil {
 			t.Fatal(err)
 		}
+		waitGroupGone(fd, o.leader, time.Now().Add(time.Hour)) // a failure deadline: SIGKILL ends them
+		unix.Close(fd)
 		if !exited(o.leaderFD) || !exited(o.childFD) {
 			t.Error("an orphan not killed with its group")
 		}
 	})
+}
+
+// TestOrphanWaitBesideTheLoop: the wait for a killed orphan's group to be
+// gone runs beside the loop, not on it: meanwhile the loop turns (reads,
+// answers WHY and mailq, which show the file waiting for it), and the lock
+// is reset only once the wait has ended, the group gone.
+func TestOrphanWaitBesideTheLoop(t *testing.T) {
+	d := intakeDaemon(t, "", 100, 100, 1, 1, false)
+	t.Cleanup(d.close)
+	o := startOrphan(t, d.spool.TransportDir(), orphanLeader)
+	var rel string
+	if err := d.spool.Scan(func(r string) { rel = r }); err != nil {
+		t.Fatal(err)
+	}
+	locked := lockBy(t, d, o.leader)
+	release := make(chan struct{})
+	d.orphans.wait = func(fd, pgid int, _ time.Time) bool {
+		buf := make([]byte, 64<<10)
+		if stack := string(buf[:runtime.Stack(buf, false)]); strings.Contains(stack, "(*Daemon).intakeStep") {
+			t.Errorf("the wait for a killed orphan's group runs on the loop:\n%s", stack)
+		} else {
+			<-release // until the loop has turned
+		}
+		return waitGroupGone(fd, pgid, time.Now().Add(time.Hour)) // a failure deadline: SIGKILL ends them
+	}
+	d.operator.started = locked.Add(time.Second)
+	now := locked.Add(10*time.Minute + time.Second)
+	d.now = func() time.Time { return now }
+	d.startScan(now)
+	step(d) // kills the orphan, its group waited for
+	if len(d.orphans.pending) != 1 {
+		t.Fatalf("%d waits for killed orphans pending", len(d.orphans.pending))
+	}
+	// The loop turns: a NEW for the file, a step, WHY and mailq.
+	d.enqueueRead(rel)
+	step(d)
+	if d.core.Messages() != 0 || d.in.breaks[rel] != nil {
+		t.Fatal("the lock was reset before the killed orphan's group was seen gone")
+	}
+	want := fmt.Sprintf("killed the earlier scheduler's agent pid %d; resetting its lock once it has exited", o.leader)
+	if why := strings.Join(d.whyWaiting(now, rel), "\n"); !strings.Contains(why, want) {
+		t.Errorf("WHY while the killed orphan is waited for:\n%s\nwant %q", why, want)
+	}
+	if q := strings.Join(d.waitingLines(now), "\n"); !strings.Contains(q, want) {
+		t.Errorf("mailq's footer while the killed orphan is waited for:\n%s\nwant %q", q, want)
+	}
+	close(release)
+	<-d.orphanDone() // as Run's select
+	d.orphansWaited()
+	if !exited(o.leaderFD) || !exited(o.childFD) {
+		t.Fatal("the lock is reset before the killed orphan's group is gone")
+	}
+	step(d)
+	if d.core.Messages() != 1 {
+		t.Fatalf("%d messages in core once the killed orphan's group is gone", d.core.Messages())
+	}
+	if len(d.orphans.pending) != 0 || d.whyWaiting(now, rel) != nil {
+		t.Error("the file still waits once its lock is reset")
+	}
 }
