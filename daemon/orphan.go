@@ -195,7 +195,7 @@ func (d *Daemon) orphansWaited() {
 				"msg", p.rel, "pids", p.stuck, "waited", orphanExitWait.String())
 		}
 		if d.in.waiting[p.rel] != p.w {
-			continue // read since (its locks gone with their holder), or killed by an operator
+			continue // read since: its locks went with their holder
 		}
 		keep := d.in.later[:0]
 		for _, l := range d.in.later {
