@@ -49,8 +49,11 @@ func startOrphan(t *testing.T, dir string, kind orphanKind) *orphan {
 		t.Fatal(err)
 	}
 	// The agent: a forked child, then blocked on the FIFO as on a server
-	// that never answers.
-	agent := `sleep 600 & echo $$ $!; exec >/dev/null; read x < "$WAKE"; echo delivered`
+	// that never answers. The FIFO is open (read-write: the open does not
+	// wait for a writer) before the agent says its pids, so canWake is
+	// true from then on until it exits; opened by the read, it was not
+	// yet on a loaded machine.
+	agent := `sleep 600 & exec 3<>"$WAKE"; echo $$ $!; exec >/dev/null; read x <&3; echo delivered`
 	start := `sh -c "$AGENT" &`
 	if kind != orphanMember {
 		start = setsid + ` sh -c "$AGENT" &` // setsid: a group leader, as with Setpgid
@@ -119,8 +122,12 @@ func (o *orphan) canWake(t *testing.T) bool {
 
 // lockBy locks d's one recipient by pid, written after pid started (to the
 // clock tick: a status-change time written in pid's first tick is made
-// later by changing the file's mode again), and returns when.
+// later by changing the file's mode again), and returns when. Later by a
+// margin than killOrphan asks: a start from /proc is computed from two
+// clocks read one after the other, and differs by a little from one
+// computation to the next.
 func lockBy(t *testing.T, d *Daemon, pid int) time.Time {
+	const startMargin = 5 * time.Millisecond
 	t.Helper()
 	var rel string
 	if err := d.spool.Scan(func(r string) { rel = r }); err != nil {
@@ -149,7 +156,7 @@ func lockBy(t *testing.T, d *Daemon, pid int) time.Time {
 			t.Fatal(err)
 		}
 		changed := time.Unix(st.Ctim.Unix())
-		if started.Add(startPrecision).Before(changed) {
+		if started.Add(startPrecision + startMargin).Before(changed) {
 			return changed
 		}
 		if err := os.Chmod(name, 0o644); err != nil {
