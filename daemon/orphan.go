@@ -186,14 +186,14 @@ func (d *Daemon) orphansWaited() {
 	ow.ended = nil
 	ow.mu.Unlock()
 	for _, p := range ended {
+		if len(p.stuck) > 0 {
+			d.log.Warn("a killed earlier scheduler's agent's process group did not exit within the wait; its lock is reset all the same",
+				"msg", p.rel, "pids", p.stuck, "waited", orphanExitWait.String())
+		}
 		if ow.pending[p.rel] != p {
 			continue // reset already, when read again at the bound
 		}
 		delete(ow.pending, p.rel)
-		if len(p.stuck) > 0 {
-			d.log.Warn("a killed earlier scheduler's agent's process group did not exit in time; resetting its lock anyway",
-				"msg", p.rel, "pids", p.stuck, "waited", orphanExitWait.String())
-		}
 		if d.in.waiting[p.rel] != p.w {
 			continue // read since: its locks went with their holder
 		}

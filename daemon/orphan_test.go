@@ -325,3 +325,15 @@ func TestOrphanWaitBesideTheLoop(t *testing.T) {
 		t.Error("the file still waits once its lock is reset")
 	}
 }
+
+// TestOrphanWaitRunsOut: a killed orphan's group not seen gone within the
+// wait's bound (a process stuck in the kernel) does not keep the file for
+// ever: its lock is reset when the wait runs out.
+func TestOrphanWaitRunsOut(t *testing.T) {
+	d := intakeDaemon(t, "", 100, 100, 1, 1, false)
+	t.Cleanup(d.close)
+	o := startOrphan(t, d.spool.TransportDir(), orphanLeader)
+	locked := lockBy(t, d, o.leader)
+	d.orphans.wait = func(int, int, time.Time) bool { return false } // the bound passed
+	readPastJobTimeout(t, d, locked)
+}
