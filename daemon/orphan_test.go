@@ -42,7 +42,7 @@ func startOrphan(t *testing.T, dir string, kind orphanKind) *orphan {
 	t.Helper()
 	setsid, err := exec.LookPath("setsid")
 	if err != nil {
-		t.Skip("no setsid:", err)
+		t.Fatal("no setsid (util-linux), which starts the orphaned agents:", err)
 	}
 	o := &orphan{wake: filepath.Join(t.TempDir(), "wake")}
 	if err := unix.Mkfifo(o.wake, 0o600); err != nil {
