@@ -43,7 +43,20 @@ type Lock struct {
 	PID           int
 	Channel, Host string    // the recipient's, for its clause's limits
 	Started       time.Time // when the process started (from /proc, by the daemon); zero if unknown
+	Holds         Holds     // whether the process has the control file open (by the daemon)
 }
+
+// Holds says whether a lock's process has the control file open: an agent
+// delivering a recipient keeps it open (ZMailer's ctlopen … ctlclose), so
+// one that has it open may have written the lock, whatever the clocks say.
+type Holds uint8
+
+// Holds' values; the zero one is the safe side.
+const (
+	MayHold Holds = iota // not known (its descriptors could not be read): it may
+	HoldsIt              // it has the file open
+	NotHeld              // it provably has not
+)
 
 // Locks are the live locks of one control file, as a read found them.
 type Locks struct {
@@ -75,14 +88,20 @@ const startSlack = time.Second
 // agents (ours) — a PID reused, after a reboot or a restart, by another
 // program — and
 //
-//   - the process started after the file last changed (Lock.Started
+//   - the process provably does not have the file open (Lock.Holds is
+//     NotHeld) and started after the file last changed (Lock.Started
 //     after Locks.Changed, by more than startSlack): it cannot have
-//     written the lock, its PID was reused; or
+//     written the lock, its PID was reused. Not the start alone: it is
+//     from /proc, which follows today's wall clock, while the change time
+//     was stamped by an earlier one, so a clock stepped forward makes an
+//     earlier scheduler's agent, still delivering, look started after
+//     its lock; but that agent has the file open, and waits; or
 //   - the lock is older than the scheduler's start (start), unless the
-//     process is known to have started before the lock: no agent of this
-//     scheduler wrote it, but one of an earlier scheduler's, left running
-//     by a SIGKILL, may still be delivering it (reset, it would be
-//     delivered twice), and waits for the next rules as any live lock; or
+//     process is known to have started before the lock or has the file
+//     open: no agent of this scheduler wrote it, but one of an earlier
+//     scheduler's, left running by a SIGKILL, may still be delivering it
+//     (reset, it would be delivered twice), and waits for the next rules
+//     as any live lock; or
 //   - it is older than its clause's jobtimeout: no agent of ours holds a
 //     line that long without a word, it would have been killed; or
 //   - the message is past its expiry and expiry2, when any recipient
@@ -105,9 +124,9 @@ func JudgeLocks(now, start time.Time, ls Locks, ours func(pid int) bool,
 			at, why = ls.Arrival.Add(expiry), "the message is past expiry and expiry2"
 		}
 		switch {
-		case !l.Started.IsZero() && l.Started.After(ls.Changed.Add(startSlack)):
-			at, why = ls.Changed, "its process started after it was written (a PID reused)"
-		case ls.Changed.Before(start) && l.Started.IsZero():
+		case l.Holds == NotHeld && !l.Started.IsZero() && l.Started.After(ls.Changed.Add(startSlack)):
+			at, why = ls.Changed, "its process started after it was written and has not the file open (a PID reused)"
+		case ls.Changed.Before(start) && l.Started.IsZero() && l.Holds != HoldsIt:
 			at, why = ls.Changed, "older than the scheduler's start"
 		}
 		if !now.Before(at) {

@@ -12,7 +12,12 @@ func TestJudgeLocks(t *testing.T) {
 	limits := func(channel, host string) (time.Duration, time.Duration) { return 10 * time.Minute, 7 * 24 * time.Hour }
 	ours := func(pid int) bool { return pid == 7 }
 	lock := func(pid int) Lock { return Lock{PID: pid, Channel: "smtp", Host: "h"} }
-	started := func(pid int, at time.Time) Lock { return Lock{PID: pid, Channel: "smtp", Host: "h", Started: at} }
+	started := func(pid int, at time.Time) Lock {
+		return Lock{PID: pid, Channel: "smtp", Host: "h", Started: at, Holds: NotHeld}
+	}
+	holding := func(pid int, at time.Time, h Holds) Lock {
+		return Lock{PID: pid, Channel: "smtp", Host: "h", Started: at, Holds: h}
+	}
 	for _, c := range []struct {
 		name      string
 		now       time.Time
@@ -44,6 +49,18 @@ func TestJudgeLocks(t *testing.T) {
 			[]Lock{started(5, start.Add(time.Second+time.Millisecond))}, true, time.Time{}, false, 0},
 		{"not ours, its process a second younger than the lock: in doubt", start.Add(2 * time.Minute), start.Add(time.Minute), start,
 			[]Lock{started(5, start.Add(time.Minute+time.Second))}, false, start.Add(11 * time.Minute), false, 5},
+		// A process that has the file open may have written the lock,
+		// whatever /proc's start says (a clock stepped forward since): it
+		// waits for jobtimeout as any live lock; so does one whose
+		// descriptors could not be read.
+		{"not ours, its process younger but holding the file", start.Add(2 * time.Minute), start.Add(time.Minute), start,
+			[]Lock{holding(5, start.Add(time.Hour), HoldsIt)}, false, start.Add(11 * time.Minute), false, 5},
+		{"not ours, its process younger, may hold the file", start.Add(2 * time.Minute), start.Add(time.Minute), start,
+			[]Lock{holding(5, start.Add(time.Hour), MayHold)}, false, start.Add(11 * time.Minute), false, 5},
+		{"not ours, from before the start, start unknown, holding the file", start.Add(2 * time.Second), start.Add(-time.Second), start.Add(-time.Hour),
+			[]Lock{holding(5, time.Time{}, HoldsIt)}, false, start.Add(10*time.Minute - time.Second), false, 5},
+		{"not ours, holding the file, past jobtimeout", start.Add(11 * time.Minute), start.Add(time.Minute), start,
+			[]Lock{holding(5, start.Add(time.Hour), HoldsIt)}, true, time.Time{}, false, 0},
 	} {
 		v := JudgeLocks(c.now, start, Locks{Locks: c.locks, Changed: c.changed, Arrival: c.arrival}, ours, limits)
 		if v.Stale != c.stale || v.Ours != c.ours || !v.StaleAt.Equal(c.staleAt) || (!c.stale && v.PID != c.waitOnPID) {
