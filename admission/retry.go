@@ -43,19 +43,19 @@ type Lock struct {
 	PID           int
 	Channel, Host string    // the recipient's, for its clause's limits
 	Started       time.Time // when the process started (from /proc, by the daemon); zero if unknown
-	Holds         Holds     // whether the process has the control file open (by the daemon)
+	FileOpen      FileOpen  // whether the process has the control file open (by the daemon)
 }
 
-// Holds says whether a lock's process has the control file open: an agent
+// FileOpen says whether a lock's process has the control file open: an agent
 // delivering a recipient keeps it open (ZMailer's ctlopen … ctlclose), so
 // one that has it open may have written the lock, whatever the clocks say.
-type Holds uint8
+type FileOpen uint8
 
-// Holds' values; the zero one is the safe side.
+// FileOpen's values; the zero one is the safe side.
 const (
-	MayHold Holds = iota // not known (its descriptors could not be read): it may
-	HoldsIt              // it has the file open
-	NotHeld              // it provably has not
+	MayHaveOpen FileOpen = iota // not known (its descriptors could not be read): it may
+	HasOpen                     // it has the file open
+	NotOpen                     // it provably has not
 )
 
 // Locks are the live locks of one control file, as a read found them.
@@ -88,8 +88,8 @@ const startSlack = time.Second
 // agents (ours) — a PID reused, after a reboot or a restart, by another
 // program — and
 //
-//   - the process provably does not have the file open (Lock.Holds is
-//     NotHeld) and started after the file last changed (Lock.Started
+//   - the process provably does not have the file open (Lock.FileOpen
+//     is NotOpen) and started after the file last changed (Lock.Started
 //     after Locks.Changed, by more than startSlack): it cannot have
 //     written the lock, its PID was reused. Not the start alone: it is
 //     from /proc, which follows today's wall clock, while the change time
@@ -124,9 +124,9 @@ func JudgeLocks(now, start time.Time, ls Locks, ours func(pid int) bool,
 			at, why = ls.Arrival.Add(expiry), "the message is past expiry and expiry2"
 		}
 		switch {
-		case l.Holds == NotHeld && !l.Started.IsZero() && l.Started.After(ls.Changed.Add(startSlack)):
+		case l.FileOpen == NotOpen && !l.Started.IsZero() && l.Started.After(ls.Changed.Add(startSlack)):
 			at, why = ls.Changed, "its process started after it was written and has not the file open (a PID reused)"
-		case ls.Changed.Before(start) && l.Started.IsZero() && l.Holds != HoldsIt:
+		case ls.Changed.Before(start) && l.Started.IsZero() && l.FileOpen != HasOpen:
 			at, why = ls.Changed, "older than the scheduler's start"
 		}
 		if !now.Before(at) {

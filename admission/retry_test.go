@@ -13,10 +13,10 @@ func TestJudgeLocks(t *testing.T) {
 	ours := func(pid int) bool { return pid == 7 }
 	lock := func(pid int) Lock { return Lock{PID: pid, Channel: "smtp", Host: "h"} }
 	started := func(pid int, at time.Time) Lock {
-		return Lock{PID: pid, Channel: "smtp", Host: "h", Started: at, Holds: NotHeld}
+		return Lock{PID: pid, Channel: "smtp", Host: "h", Started: at, FileOpen: NotOpen}
 	}
-	holding := func(pid int, at time.Time, h Holds) Lock {
-		return Lock{PID: pid, Channel: "smtp", Host: "h", Started: at, Holds: h}
+	holding := func(pid int, at time.Time, o FileOpen) Lock {
+		return Lock{PID: pid, Channel: "smtp", Host: "h", Started: at, FileOpen: o}
 	}
 	for _, c := range []struct {
 		name      string
@@ -54,13 +54,13 @@ func TestJudgeLocks(t *testing.T) {
 		// waits for jobtimeout as any live lock; so does one whose
 		// descriptors could not be read.
 		{"not ours, its process younger but holding the file", start.Add(2 * time.Minute), start.Add(time.Minute), start,
-			[]Lock{holding(5, start.Add(time.Hour), HoldsIt)}, false, start.Add(11 * time.Minute), false, 5},
+			[]Lock{holding(5, start.Add(time.Hour), HasOpen)}, false, start.Add(11 * time.Minute), false, 5},
 		{"not ours, its process younger, may hold the file", start.Add(2 * time.Minute), start.Add(time.Minute), start,
-			[]Lock{holding(5, start.Add(time.Hour), MayHold)}, false, start.Add(11 * time.Minute), false, 5},
+			[]Lock{holding(5, start.Add(time.Hour), MayHaveOpen)}, false, start.Add(11 * time.Minute), false, 5},
 		{"not ours, from before the start, start unknown, holding the file", start.Add(2 * time.Second), start.Add(-time.Second), start.Add(-time.Hour),
-			[]Lock{holding(5, time.Time{}, HoldsIt)}, false, start.Add(10*time.Minute - time.Second), false, 5},
+			[]Lock{holding(5, time.Time{}, HasOpen)}, false, start.Add(10*time.Minute - time.Second), false, 5},
 		{"not ours, holding the file, past jobtimeout", start.Add(11 * time.Minute), start.Add(time.Minute), start,
-			[]Lock{holding(5, start.Add(time.Hour), HoldsIt)}, true, time.Time{}, false, 0},
+			[]Lock{holding(5, start.Add(time.Hour), HasOpen)}, true, time.Time{}, false, 0},
 	} {
 		v := JudgeLocks(c.now, start, Locks{Locks: c.locks, Changed: c.changed, Arrival: c.arrival}, ours, limits)
 		if v.Stale != c.stale || v.Ours != c.ours || !v.StaleAt.Equal(c.staleAt) || (!c.stale && v.PID != c.waitOnPID) {

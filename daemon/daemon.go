@@ -114,11 +114,11 @@ type Daemon struct {
 	// procStarted, when set, says when a process started, for judging
 	// locks; nil: procStart (from /proc).
 	procStarted func(pid int) time.Time
-	// procHolds, when set, says whether a process has a control file
-	// open, for judging locks; nil: holdsFile (from /proc).
-	procHolds func(pid int, id ctlfile.FileID) admission.Holds
-	stopped   bool
-	clock     loopClock // the loop's own CPU time, with Options.LoopThread
+	// procHasOpen, when set, says whether a process has a control file
+	// open, for judging locks; nil: hasFileOpen (from /proc).
+	procHasOpen func(pid int, id ctlfile.FileID) admission.FileOpen
+	stopped     bool
+	clock       loopClock // the loop's own CPU time, with Options.LoopThread
 
 	operator operator // control socket and its handlers, reload, metrics (control.go, metrics.go)
 

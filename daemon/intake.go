@@ -744,19 +744,19 @@ func (d *Daemon) breakLocks(rel string, le *ctlfile.LockError, reason string) {
 
 // locksOf is what admission.JudgeLocks needs of a read's live locks, with
 // when each process started (procStart) and whether it has the control
-// file open (holdsFile).
+// file open (hasFileOpen).
 func (d *Daemon) locksOf(le *ctlfile.LockError) admission.Locks {
-	started, holds := d.procStarted, d.procHolds
+	started, hasOpen := d.procStarted, d.procHasOpen
 	if started == nil {
 		started = procStart
 	}
-	if holds == nil {
-		holds = holdsFile
+	if hasOpen == nil {
+		hasOpen = hasFileOpen
 	}
 	ls := admission.Locks{Locks: make([]admission.Lock, len(le.Locks)), Changed: le.Changed, Arrival: le.Arrival}
 	for i, l := range le.Locks {
 		ls.Locks[i] = admission.Lock{PID: l.PID, Channel: l.Channel, Host: l.Host,
-			Started: started(l.PID), Holds: holds(l.PID, le.Control)}
+			Started: started(l.PID), FileOpen: hasOpen(l.PID, le.Control)}
 	}
 	return ls
 }
