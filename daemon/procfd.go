@@ -18,11 +18,11 @@ import (
 const maxFDScan = 4096
 
 // hasFileOpen tells whether process pid has the control file id open, by
-// its descriptors in /proc (each stat'ed, to the first whose device and inode
-// are the file's). It is the
-// clock-free test of a lock's holder: an agent keeps the file open while
-// it delivers. Descriptors that cannot be read (another user's process:
-// EACCES) or too many of them: admission.MayHaveOpen.
+// its descriptors in /proc (each stat'ed, to the first whose device and
+// inode are the file's). It is the clock-free test of a lock's holder: an
+// agent keeps the file open while it delivers. Descriptors that cannot be
+// read (another user's process: EACCES) or too many of them:
+// admission.MayHaveOpen.
 func hasFileOpen(pid int, id ctlfile.FileID) admission.FileOpen {
 	if id.Ino == 0 {
 		return admission.MayHaveOpen
