@@ -754,9 +754,14 @@ func (d *Daemon) locksOf(le *ctlfile.LockError) admission.Locks {
 		hasOpen = hasFileOpen
 	}
 	ls := admission.Locks{Locks: make([]admission.Lock, len(le.Locks)), Changed: le.Changed, Arrival: le.Arrival}
+	seen := map[int]admission.FileOpen{} // an agent locks many lines: its descriptors are read once
 	for i, l := range le.Locks {
-		ls.Locks[i] = admission.Lock{PID: l.PID, Channel: l.Channel, Host: l.Host,
-			Started: started(l.PID), FileOpen: hasOpen(l.PID, le.Control)}
+		o, ok := seen[l.PID]
+		if !ok {
+			o = hasOpen(l.PID, le.Control)
+			seen[l.PID] = o
+		}
+		ls.Locks[i] = admission.Lock{PID: l.PID, Channel: l.Channel, Host: l.Host, Started: started(l.PID), FileOpen: o}
 	}
 	return ls
 }
