@@ -137,7 +137,9 @@ func TestPostfixMaillogLive(t *testing.T) {
 	if r := by["bad@reject.test"]; r.Status != Failed || r.Host != "reject.test" {
 		t.Errorf("the rejected recipient: %+v", r)
 	}
-	if r := by["ok@reject.test"]; r.Status != Delivered || r.Service <= 0 {
+	// Its service time is parsed from delays= (-1 without it); over
+	// loopback c and d may both print as 0, so 0 is a time like another.
+	if r := by["ok@reject.test"]; r.Status != Delivered || r.Service < 0 {
 		t.Errorf("a delivered recipient: %+v", r)
 	}
 	// Which limited.test sessions found the one slot taken, and whether
