@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"zsched/core"
-	"zsched/report"
 	"zsched/sim"
 )
 
@@ -136,26 +135,7 @@ jobtimeout = "2m"
 	}
 	for seed := int64(1); seed <= 5; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		s := sim.New(cfg, func(j sim.Job) sim.Response {
-			st := make([]report.Status, len(j.Rcpts))
-			r := sim.Response{Status: st, Delay: time.Duration(rng.Intn(3000)) * time.Millisecond}
-			for i := range st {
-				st[i] = report.OK3
-			}
-			switch p := rng.Intn(100); {
-			case p < 10:
-				st[0] = report.Deferred
-			case p < 18:
-				for i := range st {
-					st[i] = report.DeferAll
-				}
-			case p < 21:
-				r.Crash, r.Status = true, nil
-			case p < 23:
-				r.Hang = true
-			}
-			return r
-		}, seed)
+		s := sim.New(cfg, sim.Troubled(rng, sim.Odds{Defer: 10, SiteFail: 8, Crash: 3, Hang: 2}), seed)
 		s.Check = true
 		for i := range 120 {
 			var to []string

@@ -118,22 +118,6 @@ slow_start = false
 	}
 }
 
-// troubledConfig is the clause of the borrowed leases' property tests:
-// three agents fed by message, two sessions a destination, quick retries.
-const troubledConfig = `
-[[clause]]
-select = "smtp/*"
-command = "sink -c smtp"
-feed = "message"
-maxring = 3
-overfeed = 2
-maxthr = 2
-slow_start = false
-interval = "1m"
-retries = [1, 2]
-jobtimeout = "2m"
-`
-
 // TestBorrowedJobsHoldLeases: two nodes with feed = "message" share their
 // destinations' windows (2 sessions) on one board. Each job an agent
 // borrows on another destination holds a lease of its own: after every
@@ -143,14 +127,14 @@ jobtimeout = "2m"
 // sessions of both nodes on a destination never exceed the shared window.
 // Every lease is back once the queues drain.
 func TestBorrowedJobsHoldLeases(t *testing.T) {
-	cfg, err := parseConfig(troubledConfig)
+	cfg, err := parseConfig(sim.TroubledClause)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const shared = 2
 	for seed := int64(1); seed <= 4; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		ns := []*sim.Sim{sim.New(cfg, sim.Troubled(rng), seed), sim.New(cfg, sim.Troubled(rng), seed+100)}
+		ns := []*sim.Sim{sim.New(cfg, sim.Troubled(rng, sim.TroubleOdds()), seed), sim.New(cfg, sim.Troubled(rng, sim.TroubleOdds()), seed+100)}
 		c := sim.NewCluster(ns)
 		board := window.NewBoard(30 * time.Second)
 		nodes := []*window.Node{board.Node("mx1"), board.Node("mx2")}
@@ -262,14 +246,14 @@ func (b *lateBook) take() []window.Event {
 // answer saying dead until a time already past included), jobs are
 // borrowed, and every lease is back at the end.
 func TestBorrowedLeasesAnsweredLate(t *testing.T) {
-	cfg, err := parseConfig(troubledConfig)
+	cfg, err := parseConfig(sim.TroubledClause)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const shared, dests = 2, 6
 	for seed := int64(1); seed <= 4; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		ns := []*sim.Sim{sim.New(cfg, sim.Troubled(rng), seed), sim.New(cfg, sim.Troubled(rng), seed+100)}
+		ns := []*sim.Sim{sim.New(cfg, sim.Troubled(rng, sim.TroubleOdds()), seed), sim.New(cfg, sim.Troubled(rng, sim.TroubleOdds()), seed+100)}
 		c := sim.NewCluster(ns)
 		board := window.NewBoard(time.Hour)
 		books := []*lateBook{{node: board.Node("mx1")}, {node: board.Node("mx2")}}

@@ -15,17 +15,11 @@ import (
 	"zsched/ctlfile"
 )
 
-// heldLock locks d's one recipient by a live process (sleep), started
-// with the control file open (an agent delivering it) or not; the test's
-// cleanup kills it by its pid. It returns the control file's name and the
-// process.
-func heldLock(t *testing.T, d *Daemon, holding bool) (string, *exec.Cmd) {
+// sleepHolding starts a process that sleeps, with name open (a
+// descriptor of its own) when holding; the test's cleanup kills it by its
+// pid.
+func sleepHolding(t *testing.T, name string, holding bool) *exec.Cmd {
 	t.Helper()
-	var rel string
-	if err := d.spool.Scan(func(r string) { rel = r }); err != nil {
-		t.Fatal(err)
-	}
-	name := filepath.Join(d.spool.TransportDir(), rel)
 	p := exec.Command("sleep", "600")
 	if holding {
 		f, err := os.Open(name)
@@ -39,6 +33,21 @@ func heldLock(t *testing.T, d *Daemon, holding bool) (string, *exec.Cmd) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Process.Kill(); p.Wait() })
+	return p
+}
+
+// heldLock locks d's one recipient by a live process (sleep), started
+// with the control file open (an agent delivering it) or not; the test's
+// cleanup kills it by its pid. It returns the control file's name and the
+// process.
+func heldLock(t *testing.T, d *Daemon, holding bool) (string, *exec.Cmd) {
+	t.Helper()
+	var rel string
+	if err := d.spool.Scan(func(r string) { rel = r }); err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join(d.spool.TransportDir(), rel)
+	p := sleepHolding(t, name, holding)
 	h, err := ctlfile.Open(name)
 	if err != nil {
 		t.Fatal(err)
@@ -126,23 +135,7 @@ func TestHasFileOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := ctlfile.FileID{Dev: uint64(st.Dev), Ino: st.Ino}
-	start := func(holding bool) int {
-		p := exec.Command("sleep", "600")
-		if holding {
-			f, err := os.Open(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close() // the child's copy stays open
-			p.ExtraFiles = []*os.File{f}
-		}
-		if err := p.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Process.Kill(); p.Wait() })
-		return p.Process.Pid
-	}
-	holder, other := start(true), start(false)
+	holder, other := sleepHolding(t, name, true).Process.Pid, sleepHolding(t, name, false).Process.Pid
 	for _, c := range []struct {
 		name string
 		pid  int

@@ -13,11 +13,18 @@ import (
 	"zsched/report"
 )
 
-// Troubled answers jobs as agents under trouble do, by rng: most deliver
-// after up to 3 s, one job in ten defers a recipient, one in twenty fails
-// the site, one in twenty-five crashes (exits with the job outstanding)
-// and three in a hundred hang (until jobtimeout kills them).
-func Troubled(rng *rand.Rand) Behavior {
+// Odds are a troubled agent's, in jobs of a hundred: a recipient deferred,
+// the site failed (every recipient deferred), a crash (exit with the job
+// outstanding), a hang (until jobtimeout kills it); the rest deliver.
+type Odds struct{ Defer, SiteFail, Crash, Hang int }
+
+// TroubleOdds are the odds of the borrowed leases' property tests.
+func TroubleOdds() Odds { return Odds{Defer: 10, SiteFail: 5, Crash: 4, Hang: 3} }
+
+// Troubled answers jobs as agents under trouble do, by rng and odds, each
+// after up to 3 s. The rng is drawn from in the same order whatever the
+// odds.
+func Troubled(rng *rand.Rand, odds Odds) Behavior {
 	return func(j Job) Response {
 		st := make([]report.Status, len(j.Rcpts))
 		r := Response{Status: st, Delay: time.Duration(rng.Intn(3000)) * time.Millisecond}
@@ -25,20 +32,36 @@ func Troubled(rng *rand.Rand) Behavior {
 			st[i] = report.OK3
 		}
 		switch p := rng.Intn(100); {
-		case p < 10:
+		case p < odds.Defer:
 			st[0] = report.Deferred
-		case p < 15:
+		case p < odds.Defer+odds.SiteFail:
 			for i := range st {
 				st[i] = report.DeferAll
 			}
-		case p < 19:
+		case p < odds.Defer+odds.SiteFail+odds.Crash:
 			r.Crash, r.Status = true, nil
-		case p < 22:
+		case p < odds.Defer+odds.SiteFail+odds.Crash+odds.Hang:
 			r.Hang = true
 		}
 		return r
 	}
 }
+
+// TroubledClause is the clause of the borrowed leases' property tests:
+// three agents fed by message, two sessions a destination, quick retries.
+const TroubledClause = `
+[[clause]]
+select = "smtp/*"
+command = "sink -c smtp"
+feed = "message"
+maxring = 3
+overfeed = 2
+maxthr = 2
+slow_start = false
+interval = "1m"
+retries = [1, 2]
+jobtimeout = "2m"
+`
 
 // KillBorrowed kills (the operator's KILL) the first message, by inode
 // number, one of whose recipients is being delivered on a borrowed

@@ -86,24 +86,13 @@ func TestBorrowedJobsShareTheWindow(t *testing.T) {
 	srv := redistest.New(t)
 	cfg, err := config.Parse("t.toml", []byte(`[scheduler]
 postoffice = "/nonexistent"
-[[clause]]
-select = "smtp/*"
-command = "sink -c smtp"
-feed = "message"
-maxring = 3
-overfeed = 2
-maxthr = 2
-slow_start = false
-interval = "1m"
-retries = [1, 2]
-jobtimeout = "2m"
-`))
+`+sim.TroubledClause))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const shared, dests = 2, 6
 	rng := rand.New(rand.NewSource(1))
-	ns := []*sim.Sim{sim.New(cfg, sim.Troubled(rng), 1), sim.New(cfg, sim.Troubled(rng), 2)}
+	ns := []*sim.Sim{sim.New(cfg, sim.Troubled(rng, sim.TroubleOdds()), 1), sim.New(cfg, sim.Troubled(rng, sim.TroubleOdds()), 2)}
 	books := make([]*loopBook, len(ns))
 	wbooks := make([]window.Book, len(ns))
 	for i := range ns {
